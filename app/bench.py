@@ -1,0 +1,151 @@
+"""`swarm-panel bench`: the closed-loop swarm in-process, one run per policy, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from app.engines import add_engine_arguments, make_engine
+from runtime.clock import RealClock, VirtualClock
+from runtime.closed_loop import RunResult, run_closed_loop
+from runtime.config import POLICY_NAMES, SchedulerConfig
+from runtime.engine import Sample, StepPlan, StepResult
+from runtime.modeled_engine import ModeledEngine
+from runtime.request import Request, SamplingParams
+from runtime.scheduler import Scheduler
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("lengths must be positive integers")
+    return values
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("workload")
+    group.add_argument("--agents", type=int, default=8, help="agents in the swarm (1..256)")
+    group.add_argument("--lengths", type=int_list, default=ARTICLE_LENGTHS,
+                       help="output lengths the agents cycle through, offset by agent (default: the article's)")
+    group.add_argument("--spread", type=float, default=1.0,
+                       help="scale of the lengths' distance from their mean: 0 = all equal, 1 = as given")
+    group.add_argument("--prompt-tokens", type=int, default=32, help="prompt length of every request")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run the closed-loop swarm in-process under each policy",
+                       description=__doc__)
+    add_engine_arguments(p)
+    add_workload_arguments(p)
+    p.add_argument("--policy", choices=(*POLICY_NAMES, "all"), default="all")
+    p.add_argument("--requests-per-agent", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=None, help="lanes (default: as many as agents, up to 256)")
+    p.add_argument("--prefill-chunk", type=int, default=512, help="prompt tokens per step beside the decodes")
+    p.add_argument("--realtime", action="store_true", help="run the modeled engine in real time, not virtual")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(run=run_bench)
+
+    o = sub.add_parser("overhead", help="measure the scheduler's own cost per step at N running sequences")
+    o.add_argument("--lanes", type=int, default=64)
+    o.add_argument("--steps", type=int, default=2000)
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(run=run_overhead)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    max_batch = args.max_batch or min(args.agents, 256)
+    workload = SwarmWorkload(
+        agents=args.agents,
+        lengths=tuple(args.lengths),
+        requests_per_agent=args.requests_per_agent,
+        prompt_tokens=args.prompt_tokens,
+        spread=args.spread,
+    )
+    policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
+    results: list[RunResult] = []
+    engine = make_engine(args, realtime=args.realtime, max_lanes=max_batch)
+    try:
+        for policy in policies:
+            config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk)
+            virtual = isinstance(engine, ModeledEngine) and not args.realtime
+            clock = VirtualClock() if virtual else RealClock()
+            results.append(run_closed_loop(engine, config, workload, clock))
+    finally:
+        engine.close()
+    if args.json:
+        print(json.dumps({"results": [r.as_dict() for r in results], "workload": _workload_dict(workload, max_batch)}))
+    else:
+        _print_table(results, workload, max_batch, engine)
+    return 0
+
+
+def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
+    return {
+        "agents": workload.agents,
+        "lengths": workload.effective_lengths,
+        "requests_per_agent": workload.requests_per_agent,
+        "prompt_tokens": workload.prompt_tokens,
+        "max_batch": max_batch,
+    }
+
+
+def _print_table(results: list[RunResult], workload: SwarmWorkload, max_batch: int, engine) -> None:
+    print(f"engine: {engine.name}")
+    print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths {workload.effective_lengths}, "
+          f"prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
+    if isinstance(engine, ModeledEngine):
+        p = engine.profile
+        print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={max_batch}: "
+              f"{p.ceiling_tok_s(max_batch):.1f} tok/s")
+    print(f"{'policy':<12}{'tok/s':>9}{'util':>8}{'occup':>8}{'steps':>8}{'seconds':>10}{'tokens':>9}{'padding':>9}")
+    for r in results:
+        print(f"{r.policy:<12}{r.tok_s:>9.1f}{r.utilization:>8.1%}{r.occupancy:>8.1%}{r.steps:>8}"
+              f"{r.seconds:>10.2f}{r.useful_tokens:>9}{r.padding_rows:>9}")
+
+
+class _InstantEngine:
+    """Computes nothing in no time, so only the scheduler's own work is measured."""
+
+    name = "instant"
+    kv_capacity = 1 << 30
+    max_context = 1 << 20
+    max_step_tokens = 1 << 20
+    max_lanes = 256
+
+    def step(self, plan: StepPlan) -> StepResult:
+        return StepResult({r.request.request_id: Sample(1, "x") for r in plan.rows if r.sample}, 0.0)
+
+
+def run_overhead(args: argparse.Namespace) -> int:
+    scheduler = Scheduler(SchedulerConfig(max_batch=args.lanes), kv_capacity=1 << 30, max_context=1 << 20)
+    engine = _InstantEngine()
+    for _ in range(args.lanes):
+        scheduler.add(Request([1] * 32, SamplingParams(max_tokens=args.steps + 1000)), 0.0)
+    timings = []
+    for i in range(args.steps + 50):
+        t0 = time.perf_counter()
+        plan = scheduler.schedule(float(i))
+        t1 = time.perf_counter()
+        result = engine.step(plan)
+        t2 = time.perf_counter()
+        scheduler.update(plan, result, float(i))
+        scheduler.take_outputs()
+        t3 = time.perf_counter()
+        if i >= 50:  # skip the prefill steps and warm-up
+            timings.append((t1 - t0) + (t3 - t2))
+    running = scheduler.num_running
+    median_ms = statistics.median(timings) * 1e3
+    p95_ms = sorted(timings)[int(0.95 * len(timings))] * 1e3
+    if args.json:
+        print(json.dumps({"lanes": args.lanes, "running": running, "steps": len(timings),
+                          "median_ms": median_ms, "p95_ms": p95_ms}))
+    else:
+        print(f"scheduler overhead at {running} running sequences over {len(timings)} steps: "
+              f"median {median_ms:.3f} ms, p95 {p95_ms:.3f} ms per step (schedule + update)")
+    return 0

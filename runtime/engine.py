@@ -1,0 +1,87 @@
+"""The one-call-per-step contract between the scheduler and whatever computes the step."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runtime.request import Request
+
+
+class RowKind(enum.IntEnum):
+    DECODE = 0
+    PREFILL = 1
+    # A finished lane that a naive static batch keeps computing; its output is thrown away.
+    PADDING = 2
+
+
+@dataclass(slots=True)
+class Row:
+    """One sequence's share of a step: tokens fed at consecutive positions from `start`."""
+
+    request: Request
+    kind: RowKind
+    start: int
+    # For DECODE and PREFILL these are request.token_ids[start:start+len]; PADDING repeats a token.
+    tokens: list[int]
+    # Sample a token from the last position (decode rows and the chunk that ends a prompt).
+    sample: bool
+
+
+@dataclass(slots=True)
+class StepPlan:
+    rows: list[Row] = field(default_factory=list)
+    # Sequences whose KV the engine drops before computing this step.
+    release: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.rows)
+
+
+@dataclass(slots=True)
+class Sample:
+    token: int
+    # Text this token adds to the output, after stop-string hold-back; may be "" while held.
+    # An engine flushes held text when the sample is the request's last (max_tokens reached).
+    text: str
+    # Set when the engine decided the sequence ends here (end-of-generation token or stop string).
+    stop: bool = False
+
+
+@dataclass(slots=True)
+class StepResult:
+    # Keyed by request_id, one for every row with sample=True that succeeded.
+    samples: dict[int, Sample]
+    duration_s: float
+    # request_id -> message, for rows the engine could not compute; those requests fail.
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+class EngineError(RuntimeError):
+    """The engine could not run a step at all; every request in it fails with this message."""
+
+
+class KVCacheFull(EngineError):
+    """The engine found no room for the step's KV; the scheduler preempts and retries."""
+
+
+class Engine(Protocol):
+    name: str
+    # Most KV tokens all sequences together may hold.
+    kv_capacity: int
+    # Longest sequence (prompt plus output) one request may reach.
+    max_context: int
+    # Most tokens one step may carry (llama.cpp's n_batch).
+    max_step_tokens: int
+    # Most sequences a step may hold (llama.cpp's n_seq_max).
+    max_lanes: int
+
+    def step(self, plan: StepPlan) -> StepResult: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the panel and /v1/models: model name, parameters, device, KV type..."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,43 @@
+"""The step line t(B) = a + b*B, fitted from observed decode steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import median
+
+
+@dataclass(slots=True, frozen=True)
+class StepLine:
+    floor_ms: float
+    per_row_ms: float
+    points: int
+
+    def step_ms(self, batch: int) -> float:
+        return self.floor_ms + self.per_row_ms * batch
+
+    def ceiling_tok_s(self, batch: int) -> float:
+        t = self.step_ms(batch)
+        return batch / t * 1e3 if t > 0 else 0.0
+
+    def __str__(self) -> str:
+        return f"t(B) = {self.floor_ms:.1f} + {self.per_row_ms:.2f}B ms"
+
+
+def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
+    """Least squares over the per-width medians of (rows, step ms), so no width dominates by count.
+
+    Needs at least two distinct widths; returns None otherwise.
+    """
+    by_width: dict[int, list[float]] = {}
+    for rows, ms in samples:
+        by_width.setdefault(rows, []).append(ms)
+    if len(by_width) < 2:
+        return None
+    xs = list(by_width)
+    ys = [median(by_width[x]) for x in xs]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(len(v) for v in by_width.values()))

@@ -1,0 +1,215 @@
+"""Rolling figures from the per-step records: throughput, utilization, latency, per agent.
+
+Written by the engine thread, read by anyone: every method takes the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from runtime.fit import StepLine, fit_step_line
+from runtime.stats import StepStats
+
+LATENCY_SAMPLES = 4096
+AGENT_LATENCY_SAMPLES = 512
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile, q in 0..100; None for no data."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+@dataclass(slots=True)
+class AgentFigures:
+    agent: str
+    requests: int = 0
+    tokens: int = 0
+    tok_s: float = 0.0
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    itl_p50: float | None = None
+    itl_p95: float | None = None
+
+
+@dataclass(slots=True)
+class MetricsSnapshot:
+    time: float = 0.0
+    steps: int = 0
+    policy: str = ""
+    max_batch: int = 0
+    tok_s: float = 0.0
+    padding_tok_s: float = 0.0
+    utilization: float = 0.0
+    padding_share: float = 0.0
+    occupancy: float = 0.0
+    requests_s: float = 0.0
+    step_rate: float = 0.0
+    mean_step_ms: float = 0.0
+    width_held: int = 0
+    live_lanes: int = 0
+    padding_lanes: int = 0
+    queue_depth: int = 0
+    kv_used: int = 0
+    kv_capacity: int = 0
+    total_tokens: int = 0
+    total_requests: int = 0
+    total_prefill_tokens: int = 0
+    total_padding_rows: int = 0
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    itl_p50: float | None = None
+    itl_p95: float | None = None
+    e2e_p50: float | None = None
+    e2e_p95: float | None = None
+    step_line: StepLine | None = None
+    agents: list[AgentFigures] = field(default_factory=list)
+
+    @property
+    def kv_pct(self) -> float:
+        return 100.0 * self.kv_used / self.kv_capacity if self.kv_capacity else 0.0
+
+
+class _Latencies:
+    def __init__(self, maxlen: int) -> None:
+        self.ttft: deque[float] = deque(maxlen=maxlen)
+        self.itl: deque[float] = deque(maxlen=maxlen)
+        self.e2e: deque[float] = deque(maxlen=maxlen)
+
+
+class MetricsAggregator:
+    def __init__(self, window_s: float = 5.0, history: int = 2048) -> None:
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._window: deque[StepStats] = deque()
+        self._history: deque[StepStats] = deque(maxlen=history)
+        self._fit_points: deque[tuple[int, float]] = deque(maxlen=4096)
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._window.clear()
+            self._history.clear()
+            self._fit_points.clear()
+            self._all = _Latencies(LATENCY_SAMPLES)
+            self._agents: dict[str, _Latencies] = {}
+            self._agent_requests: Counter[str] = Counter()
+            self._agent_tokens: Counter[str] = Counter()
+            self._totals = Counter()
+
+    def observe(self, stats: StepStats) -> None:
+        with self._lock:
+            self._window.append(stats)
+            self._history.append(stats)
+            while self._window and self._window[0].time < stats.time - self.window_s:
+                self._window.popleft()
+            if stats.prefill_tokens == 0:
+                self._fit_points.append((stats.decode_rows + stats.padding_lanes, stats.duration * 1e3))
+            self._totals.update(
+                steps=1,
+                tokens=stats.useful_tokens,
+                requests=len(stats.e2e),
+                prefill=stats.prefill_tokens,
+                padding=stats.padding_lanes,
+            )
+            for kind, samples in (("ttft", stats.ttft), ("itl", stats.itl), ("e2e", stats.e2e)):
+                for agent, seconds in samples:
+                    getattr(self._all, kind).append(seconds)
+                    lat = self._agents.get(agent)
+                    if lat is None:
+                        lat = self._agents[agent] = _Latencies(AGENT_LATENCY_SAMPLES)
+                    getattr(lat, kind).append(seconds)
+            for agent, _ in stats.ttft:
+                self._agent_tokens[agent] += 1
+            for agent, _ in stats.itl:
+                self._agent_tokens[agent] += 1
+            for agent, _ in stats.e2e:
+                self._agent_requests[agent] += 1
+
+    def recent_steps(self, n: int | None = None) -> list[StepStats]:
+        with self._lock:
+            steps = list(self._history)
+        return steps if n is None else steps[-n:]
+
+    def step_line(self) -> StepLine | None:
+        with self._lock:
+            points = list(self._fit_points)
+        return fit_step_line(points)
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            window = list(self._window)
+            snap = MetricsSnapshot(
+                total_tokens=self._totals["tokens"],
+                total_requests=self._totals["requests"],
+                total_prefill_tokens=self._totals["prefill"],
+                total_padding_rows=self._totals["padding"],
+                steps=self._totals["steps"],
+                ttft_p50=percentile(self._all.ttft, 50),
+                ttft_p95=percentile(self._all.ttft, 95),
+                itl_p50=percentile(self._all.itl, 50),
+                itl_p95=percentile(self._all.itl, 95),
+                e2e_p50=percentile(self._all.e2e, 50),
+                e2e_p95=percentile(self._all.e2e, 95),
+            )
+            agents = {
+                agent: AgentFigures(
+                    agent=agent,
+                    requests=self._agent_requests[agent],
+                    tokens=self._agent_tokens[agent],
+                    ttft_p50=percentile(lat.ttft, 50),
+                    ttft_p95=percentile(lat.ttft, 95),
+                    itl_p50=percentile(lat.itl, 50),
+                    itl_p95=percentile(lat.itl, 95),
+                )
+                for agent, lat in self._agents.items()
+            }
+            points = list(self._fit_points)
+        snap.step_line = fit_step_line(points)
+        if not window:
+            return snap
+        _fill_window_figures(snap, window, agents)
+        snap.agents = sorted(agents.values(), key=lambda a: a.agent)
+        return snap
+
+
+def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents: dict[str, AgentFigures]) -> None:
+    last = window[-1]
+    busy = sum(s.duration for s in window)
+    span = max(busy, last.time - (window[0].time - window[0].duration))
+    held = sum(s.width_held for s in window)
+    useful_rows = sum(s.useful_rows for s in window)
+    padding = sum(s.padding_lanes for s in window)
+    snap.time = last.time
+    snap.policy = last.policy
+    snap.max_batch = last.max_batch
+    snap.width_held = last.width_held
+    snap.live_lanes = last.live_lanes
+    snap.padding_lanes = last.padding_lanes
+    snap.queue_depth = last.queue_depth
+    snap.kv_used = last.kv_used
+    snap.kv_capacity = last.kv_capacity
+    if span > 0:
+        snap.tok_s = sum(s.useful_tokens for s in window) / span
+        snap.padding_tok_s = padding / span
+        snap.requests_s = sum(len(s.e2e) for s in window) / span
+        snap.step_rate = len(window) / span
+    snap.mean_step_ms = busy / len(window) * 1e3
+    snap.utilization = useful_rows / held if held else 0.0
+    snap.padding_share = padding / held if held else 0.0
+    lane_slots = sum(s.max_batch for s in window)
+    snap.occupancy = sum(s.live_lanes for s in window) / lane_slots if lane_slots else 0.0
+    per_agent = Counter(agent for s in window for agent, _ in _tokens_of(s))
+    for agent, figures in agents.items():
+        figures.tok_s = per_agent[agent] / span if span > 0 else 0.0
+
+
+def _tokens_of(stats: StepStats) -> Iterable[tuple[str, float]]:
+    yield from stats.ttft
+    yield from stats.itl

@@ -1,0 +1,77 @@
+"""An engine that computes nothing and costs what a CardProfile says a step costs.
+
+It lets the panel and the benchmarks show the article's card on any machine: durations come from
+the cost model, tokens are placeholder words. In real time it sleeps for the modeled duration.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from runtime.engine import RowKind, Sample, StepPlan, StepResult
+from runtime.profiles import RX_9070_XT_QWEN35_9B, CardProfile
+
+PLACEHOLDER_WORDS = (
+    "the", "agent", "reads", "a", "file", "and", "plans", "an", "edit", "to", "its", "tool", "call",
+    "then", "runs", "tests", "on", "code", "with", "one", "batch", "step", "each", "token",
+)
+
+
+class ModeledEngine:
+    def __init__(
+        self,
+        profile: CardProfile = RX_9070_XT_QWEN35_9B,
+        *,
+        realtime: bool = False,
+        max_lanes: int = 256,
+        max_step_tokens: int = 2048,
+    ) -> None:
+        self.profile = profile
+        self.realtime = realtime
+        self.name = f"modeled: {profile.model} on {profile.card}"
+        self.kv_capacity = profile.kv_capacity_tokens
+        self.max_context = profile.max_context
+        self.max_step_tokens = max_step_tokens
+        self.max_lanes = max_lanes
+
+    def step(self, plan: StepPlan) -> StepResult:
+        started = time.perf_counter()
+        rows = prefill_tokens = context = 0
+        samples: dict[int, Sample] = {}
+        for row in plan.rows:
+            end = row.start + len(row.tokens)
+            context += end
+            if row.kind is RowKind.PREFILL:
+                prefill_tokens += len(row.tokens)
+            else:
+                rows += 1
+            if row.sample and row.kind is not RowKind.PADDING:
+                samples[row.request.request_id] = _placeholder(row.request.request_id, end)
+        duration = self.profile.step_ms(rows, prefill_tokens, context) / 1e3
+        if self.realtime:
+            delay = started + duration - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        return StepResult(samples=samples, duration_s=duration)
+
+    def describe(self) -> dict[str, Any]:
+        p = self.profile
+        return {
+            "engine": "modeled",
+            "name": p.model,
+            "device": p.card,
+            "n_ctx": p.max_context,
+            "kv_capacity_tokens": self.kv_capacity,
+            "kv_type": "f16",
+            "step_line": f"t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms",
+            "note": "Modeled card: step times follow the cost model; tokens are placeholder words.",
+        }
+
+    def close(self) -> None:
+        pass
+
+
+def _placeholder(request_id: int, position: int) -> Sample:
+    index = (request_id * 7 + position) % len(PLACEHOLDER_WORDS)
+    return Sample(token=index, text=" " + PLACEHOLDER_WORDS[index])

@@ -1,0 +1,403 @@
+"""One scheduler for every policy: a waiting queue, lanes, chunked prefill and a KV budget.
+
+Each step is planned in two halves, as in vLLM's v1 scheduler: `schedule()` turns lane state into
+a StepPlan (decode and padding rows first, then prompt chunks within the prefill budget), and
+`update()` folds the engine's samples back into the requests. A request has no prefill or decode
+phase of its own; it has `num_computed_tokens` catching up with `num_tokens`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from runtime.config import SchedulerConfig
+from runtime.engine import Row, RowKind, StepPlan, StepResult
+from runtime.policies import Policy, make_policy
+from runtime.request import Request, RequestOutput, RequestStatus
+from runtime.stats import (
+    LANE_DECODE,
+    LANE_EMPTY,
+    LANE_PADDING,
+    LANE_PREFILL,
+    LANE_STALLED,
+    StepStats,
+)
+
+log = logging.getLogger(__name__)
+
+_ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, RowKind.PADDING: LANE_PADDING}
+
+
+class RequestRejected(ValueError):
+    """The request can never run here (it would not fit the context or the KV budget)."""
+
+
+@dataclass(slots=True, eq=False)
+class Lane:
+    index: int
+    request: Request | None = None
+    # The request finished but its lane keeps riding the step (naive static).
+    padding: bool = False
+    padding_tokens: int = 0
+    admitted_seq: int = 0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.request.num_computed_tokens + self.padding_tokens if self.request else 0
+
+    @property
+    def is_live(self) -> bool:
+        return self.request is not None and not self.padding
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        kv_capacity: int,
+        max_context: int,
+        max_step_tokens: int = 1 << 30,
+        max_lanes: int = 256,
+    ) -> None:
+        self.kv_capacity = kv_capacity
+        self.max_context = max_context
+        self.max_step_tokens = max_step_tokens
+        self.max_lanes = max_lanes
+        self.config = self._checked(config)
+        self.policy: Policy = make_policy(config.policy)
+        self.waiting: deque[Request] = deque()
+        self.lanes: list[Lane] = [Lane(i) for i in range(config.max_batch)]
+        self.num_steps = 0
+        self._lane_of: dict[int, Lane] = {}
+        self._release: list[Request] = []
+        self._outputs: list[tuple[Request, RequestOutput]] = []
+        self._admissions = 0
+        self._finished_since_step = 0
+        self._e2e: list[tuple[str, float]] = []
+
+    # -- public surface ------------------------------------------------------------------------
+
+    @property
+    def kv_budget(self) -> int:
+        budget = self.config.kv_budget
+        return self.kv_capacity if budget is None else min(budget, self.kv_capacity)
+
+    @property
+    def kv_used(self) -> int:
+        return sum(lane.kv_tokens for lane in self.lanes)
+
+    @property
+    def num_occupied_lanes(self) -> int:
+        return sum(1 for lane in self.lanes if lane.request is not None)
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for lane in self.lanes if lane.is_live)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self._lane_of or self._release)
+
+    def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        total = num_prompt_tokens + max_tokens
+        if total > self.max_context:
+            raise RequestRejected(
+                f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) is {total} tokens, "
+                f"more than the context of {self.max_context}"
+            )
+        if total > self.kv_budget:
+            raise RequestRejected(
+                f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) needs {total} KV tokens, "
+                f"more than the KV budget of {self.kv_budget}"
+            )
+
+    def add(self, request: Request, now: float) -> None:
+        self.check_fits(request.num_prompt_tokens, request.sampling.max_tokens)
+        request.arrival_time = now
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    def abort(self, request_id: int, now: float, error: str | None = None) -> Request | None:
+        """Ends a request wherever it is; returns it, or None when it is unknown or already done."""
+        status = RequestStatus.FINISHED_ERROR if error else RequestStatus.FINISHED_ABORTED
+        lane = self._lane_of.get(request_id)
+        if lane is not None:
+            if not lane.is_live:
+                return None
+            request = lane.request
+            self._finish_in_lane(lane, status, now, error)
+            if self.policy.pads_finished_lanes and not self.num_running:
+                self._end_padding()
+            return request
+        for request in self.waiting:
+            if request.request_id == request_id:
+                self.waiting.remove(request)
+                self._finish(request, status, now, error)
+                return request
+        return None
+
+    def reconfigure(self, config: SchedulerConfig, now: float) -> None:
+        """Applies new knobs; called only between steps."""
+        config = self._checked(config)
+        old, self.config = self.config, config
+        if config.policy != old.policy:
+            log.info("policy %s -> %s at step %d", old.policy, config.policy, self.num_steps)
+            self.policy = make_policy(config.policy)
+            if not self.policy.pads_finished_lanes:
+                self._end_padding()
+        while len(self.lanes) < config.max_batch:
+            self.lanes.append(Lane(len(self.lanes)))
+        self._trim_lanes()
+        self._fail_unfittable(now)
+
+    def handle_kv_full(self, now: float) -> None:
+        """The engine had less room than the budget promised: shrink the budget to what it holds."""
+        used = self.kv_used
+        if used < self.kv_budget:
+            log.warning("KV budget lowered from %d to %d tokens after the engine ran out", self.kv_budget, used)
+            self.kv_capacity = max(used, 1)
+        if not self._preempt_one():
+            newest = max((lane for lane in self.lanes if lane.is_live), key=lambda lane: lane.admitted_seq, default=None)
+            if newest is not None:
+                self._finish_in_lane(newest, RequestStatus.FINISHED_ERROR, now, "the engine ran out of KV cache")
+
+    def take_outputs(self) -> list[tuple[Request, RequestOutput]]:
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def next_admission_time(self) -> float | None:
+        return self.policy.next_admission_time(self)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        self._trim_lanes()
+        self.policy.admit(self, now)
+        rows = self._plan_rows()
+        plan = StepPlan(rows=rows, release=self._release)
+        self._release = []
+        assert plan.num_tokens <= self.max_step_tokens, "plan exceeds the engine's step size"
+        assert self.kv_used + plan.num_tokens <= self.kv_budget or not rows, "plan exceeds the KV budget"
+        return plan
+
+    def fill_free_lanes(self) -> None:
+        """Admits waiting requests, oldest first, into free lanes while their prompts fit the KV left."""
+        if not self.waiting:
+            return
+        live = [lane for lane in self.lanes if lane.is_live]
+        # Admitted prompts are promised their KV; one token of headroom per live lane for its next decode.
+        free = self.kv_budget - self.kv_used - len(live)
+        free -= sum(lane.request.num_tokens - lane.request.num_computed_tokens for lane in live)
+        for lane in self.lanes[: self.config.max_batch]:
+            if not self.waiting:
+                break
+            if lane.request is not None:
+                continue
+            request = self.waiting[0]
+            need = request.num_tokens + 1
+            if need > free:
+                break
+            self.waiting.popleft()
+            free -= need
+            self._admissions += 1
+            lane.request, lane.padding, lane.padding_tokens = request, False, 0
+            lane.admitted_seq = self._admissions
+            request.status = RequestStatus.RUNNING
+            self._lane_of[request.request_id] = lane
+
+    def _plan_rows(self) -> list[Row]:
+        while True:
+            one_token_lanes = [
+                lane for lane in self.lanes if lane.request and (lane.padding or lane.request.is_decoding)
+            ]
+            free = self.kv_budget - self.kv_used
+            if len(one_token_lanes) <= free or not self._preempt_one():
+                break
+        rows: list[Row] = []
+        for lane in one_token_lanes[: max(free, 0)]:
+            request = lane.request
+            if lane.padding:
+                position = request.num_computed_tokens + lane.padding_tokens
+                rows.append(Row(request, RowKind.PADDING, position, [request.token_ids[-1]], sample=True))
+            else:
+                start = request.num_computed_tokens
+                rows.append(Row(request, RowKind.DECODE, start, request.token_ids[start:], sample=True))
+        budget = min(self.config.prefill_chunk, self.max_step_tokens - len(rows), free - len(rows))
+        prefilling = sorted(
+            (lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
+            key=lambda lane: lane.admitted_seq,
+        )
+        for lane in prefilling:
+            if budget <= 0:
+                break
+            request = lane.request
+            start = request.num_computed_tokens
+            n = min(request.num_tokens - start, budget)
+            end = start + n
+            rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens))
+            budget -= n
+        if not rows and self.num_running and self._preempt_one():
+            return self._plan_rows()
+        return rows
+
+    def _preempt_one(self) -> bool:
+        """Frees KV under pressure: padding lanes first, then the newest live request (recomputed later)."""
+        for lane in self.lanes:
+            if lane.padding:
+                self._release_lane(lane)
+                return True
+        live = [lane for lane in self.lanes if lane.is_live]
+        if len(live) <= 1:
+            return False
+        victim = max(live, key=lambda lane: lane.admitted_seq)
+        request = victim.request
+        log.info("preempting request %d (KV budget %d spent)", request.request_id, self.kv_budget)
+        self._release_lane(victim)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.WAITING
+        self.waiting.appendleft(request)
+        return True
+
+    # -- folding results back -----------------------------------------------------------------
+
+    def update(self, plan: StepPlan, result: StepResult, now: float) -> StepStats:
+        self.num_steps += 1
+        useful = decode_rows = prefill_rows = prefill_tokens = padding_rows = 0
+        ttft: list[tuple[str, float]] = []
+        itl: list[tuple[str, float]] = []
+        lane_states = [LANE_EMPTY if lane.request is None else LANE_STALLED for lane in self.lanes]
+        for row in plan.rows:
+            request = row.request
+            lane = self._lane_of[request.request_id]
+            if row.kind is RowKind.PADDING:
+                padding_rows += 1
+                lane.padding_tokens += 1
+                lane_states[lane.index] = LANE_PADDING
+                continue
+            lane_states[lane.index] = _ROW_LANE_STATE[row.kind]
+            if row.kind is RowKind.DECODE:
+                decode_rows += 1
+            else:
+                prefill_rows += 1
+                prefill_tokens += len(row.tokens)
+            error = result.errors.get(request.request_id)
+            if error is not None:
+                self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
+                continue
+            request.num_computed_tokens += len(row.tokens)
+            if not row.sample:
+                continue
+            sample = result.samples.get(request.request_id)
+            if sample is None:
+                self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, "the engine returned no token")
+                continue
+            useful += 1
+            if request.first_token_time is None:
+                request.first_token_time = now
+                ttft.append((request.agent, now - request.arrival_time))
+            else:
+                itl.append((request.agent, now - request.last_token_time))
+            request.last_token_time = now
+            request.token_ids.append(sample.token)
+            request.output_text_parts.append(sample.text)
+            status = None
+            if sample.stop:
+                status = RequestStatus.FINISHED_STOPPED
+            elif request.num_output_tokens >= request.sampling.max_tokens or request.num_tokens >= self.max_context:
+                status = RequestStatus.FINISHED_LENGTH
+            if status is None:
+                self._outputs.append((request, RequestOutput(request.request_id, [sample.token], sample.text, False)))
+            else:
+                self._finish_in_lane(lane, status, now, None, new_token=sample)
+        if self.policy.pads_finished_lanes and not self.num_running:
+            self._end_padding()
+        return self._stats(result.duration_s, now, useful, decode_rows, prefill_rows, prefill_tokens,
+                           padding_rows, "".join(lane_states), ttft, itl)
+
+    def _stats(self, duration, now, useful, decode_rows, prefill_rows, prefill_tokens, padding_rows,
+               lanes, ttft, itl) -> StepStats:
+        finished, self._finished_since_step = self._finished_since_step, 0
+        e2e, self._e2e = self._e2e, []
+        live = decode_rows + prefill_rows + lanes.count(LANE_STALLED)
+        return StepStats(
+            index=self.num_steps,
+            time=now,
+            duration=duration,
+            policy=self.policy.name,
+            max_batch=self.config.max_batch,
+            width_held=live + padding_rows,
+            live_lanes=live,
+            padding_lanes=padding_rows,
+            decode_rows=decode_rows,
+            prefill_rows=prefill_rows,
+            prefill_tokens=prefill_tokens,
+            useful_tokens=useful,
+            queue_depth=len(self.waiting),
+            kv_used=self.kv_used,
+            kv_capacity=self.kv_budget,
+            finished=finished,
+            lanes=lanes,
+            ttft=ttft,
+            itl=itl,
+            e2e=e2e,
+        )
+
+    # -- lane and request endings -------------------------------------------------------------
+
+    def _finish_in_lane(self, lane: Lane, status: RequestStatus, now: float, error: str | None,
+                        new_token=None) -> None:
+        request = lane.request
+        if self.policy.pads_finished_lanes and status is not RequestStatus.FINISHED_ERROR:
+            lane.padding = True
+        else:
+            self._release_lane(lane)
+        self._finish(request, status, now, error, new_token)
+
+    def _finish(self, request: Request, status: RequestStatus, now: float, error: str | None,
+                new_token=None) -> None:
+        request.status = status
+        request.error = error
+        request.finished_time = now
+        self._finished_since_step += 1
+        if status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
+            self._e2e.append((request.agent, now - request.arrival_time))
+        tokens, text = ([new_token.token], new_token.text) if new_token else ([], "")
+        self._outputs.append(
+            (request, RequestOutput(request.request_id, tokens, text, True, status.finish_reason, error))
+        )
+
+    def _release_lane(self, lane: Lane) -> None:
+        request = lane.request
+        if request is not None:
+            self._release.append(request)
+            self._lane_of.pop(request.request_id, None)
+        lane.request, lane.padding, lane.padding_tokens = None, False, 0
+
+    def _end_padding(self) -> None:
+        for lane in self.lanes:
+            if lane.padding:
+                self._release_lane(lane)
+
+    def _trim_lanes(self) -> None:
+        while len(self.lanes) > self.config.max_batch and self.lanes[-1].request is None:
+            self.lanes.pop()
+
+    def _fail_unfittable(self, now: float) -> None:
+        budget = min(self.kv_budget, self.max_context)
+        for request in [r for r in self.waiting if r.max_total_tokens > budget]:
+            self.waiting.remove(request)
+            self._finish(request, RequestStatus.FINISHED_ERROR, now,
+                         f"request needs {request.max_total_tokens} KV tokens, more than the new budget of {budget}")
+        for lane in [lane for lane in self.lanes if lane.is_live and lane.request.max_total_tokens > budget]:
+            self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now,
+                                 f"request needs {lane.request.max_total_tokens} KV tokens, more than the new "
+                                 f"budget of {budget}")
+
+    def _checked(self, config: SchedulerConfig) -> SchedulerConfig:
+        if config.max_batch > self.max_lanes:
+            raise ValueError(f"max_batch {config.max_batch} exceeds the engine's {self.max_lanes} lanes")
+        return config

@@ -1,0 +1,45 @@
+"""The record every step leaves behind, for plots, metrics and benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# One character per lane in StepStats.lanes: what that lane did in the step.
+LANE_DECODE = "D"
+LANE_PREFILL = "P"
+LANE_PADDING = "x"
+LANE_STALLED = "."  # holds a request that got no row this step (prefill budget or KV spent)
+LANE_EMPTY = " "
+
+
+@dataclass(slots=True)
+class StepStats:
+    index: int
+    time: float  # clock time at the end of the step
+    duration: float
+    policy: str
+    max_batch: int
+    width_held: int  # occupied lanes: live plus padding
+    live_lanes: int
+    padding_lanes: int
+    decode_rows: int
+    prefill_rows: int
+    prefill_tokens: int
+    useful_tokens: int  # output tokens this step produced
+    queue_depth: int
+    kv_used: int
+    kv_capacity: int
+    finished: int
+    lanes: str = ""
+    # (agent, seconds) samples for latency figures.
+    ttft: list[tuple[str, float]] = field(default_factory=list)
+    itl: list[tuple[str, float]] = field(default_factory=list)
+    e2e: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def useful_rows(self) -> int:
+        return self.decode_rows + self.prefill_rows
+
+    @property
+    def utilization(self) -> float:
+        return self.useful_rows / self.width_held if self.width_held else 0.0

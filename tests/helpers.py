@@ -1,0 +1,50 @@
+"""Small builders shared by the runtime tests."""
+
+from __future__ import annotations
+
+from runtime.clock import VirtualClock
+from runtime.config import SchedulerConfig
+from runtime.engine_loop import EngineLoop
+from runtime.modeled_engine import ModeledEngine
+from runtime.request import Request, SamplingParams
+from runtime.scheduler import Scheduler
+from runtime.stats import StepStats
+
+
+class Harness:
+    """A scheduler driving the modeled engine on a virtual clock, recording every step."""
+
+    def __init__(self, **config) -> None:
+        self.engine = ModeledEngine()
+        kv_capacity = config.pop("kv_capacity", self.engine.kv_capacity)
+        self.scheduler = Scheduler(
+            SchedulerConfig(**config),
+            kv_capacity=kv_capacity,
+            max_context=self.engine.max_context,
+            max_step_tokens=self.engine.max_step_tokens,
+        )
+        self.clock = VirtualClock()
+        self.steps: list[StepStats] = []
+        self.outputs: dict[int, list] = {}
+        self.loop = EngineLoop(self.scheduler, self.engine, self.clock, on_stats=self.steps.append)
+
+    def add(self, max_tokens: int, prompt: int = 8, agent: str = "a") -> Request:
+        request = Request([5] * prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), agent=agent)
+        self.outputs[request.request_id] = []
+        request.listener = self.outputs[request.request_id].append
+        self.scheduler.add(request, self.clock.now())
+        return request
+
+    def step(self) -> StepStats | None:
+        return self.loop.step()
+
+    def run(self, max_steps: int = 100_000) -> None:
+        for _ in range(max_steps):
+            if not self.scheduler.has_work:
+                return
+            if self.step() is None and self.scheduler.waiting and not self.scheduler.num_running:
+                self.clock.wait_until(self.scheduler.next_admission_time())
+        raise AssertionError("did not finish")
+
+    def reconfigure(self, **changes) -> None:
+        self.scheduler.reconfigure(self.scheduler.config.with_changes(**changes), self.clock.now())

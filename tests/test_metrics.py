@@ -1,0 +1,56 @@
+import pytest
+
+from runtime.fit import fit_step_line
+from runtime.metrics import MetricsAggregator, percentile
+from runtime.profiles import RX_9070_XT_QWEN35_9B as CARD
+from tests.helpers import Harness
+
+
+def test_aggregator_figures_follow_the_step_records():
+    h = Harness(policy="naive", max_batch=4)
+    for n, agent in ((10, "fast"), (40, "slow"), (40, "slow"), (40, "slow")):
+        h.add(n, agent=agent)
+    h.run()
+    agg = MetricsAggregator(window_s=1e9)
+    for s in h.steps:
+        agg.observe(s)
+    snap = agg.snapshot()
+    assert snap.total_tokens == 130
+    assert snap.total_requests == 4
+    held = sum(s.width_held for s in h.steps)
+    assert snap.utilization == pytest.approx(sum(s.useful_rows for s in h.steps) / held)
+    assert snap.padding_share == pytest.approx(30 / held)
+    span = h.steps[-1].time
+    assert snap.tok_s == pytest.approx(130 / span)
+    by_agent = {a.agent: a for a in snap.agents}
+    assert by_agent["fast"].tokens == 10 and by_agent["slow"].tokens == 120
+    assert by_agent["slow"].requests == 3
+    assert by_agent["fast"].itl_p50 == pytest.approx(CARD.decode_step_ms(4) / 1e3, rel=0.05)
+    assert snap.ttft_p50 is not None and snap.e2e_p95 >= snap.e2e_p50
+
+
+def test_rolling_window_forgets_old_steps():
+    h = Harness(policy="continuous", max_batch=2)
+    h.add(200)
+    h.run()
+    agg = MetricsAggregator(window_s=0.5)
+    for s in h.steps:
+        agg.observe(s)
+    snap = agg.snapshot()
+    assert snap.total_tokens == 200
+    # 0.5 s of steps at about 19 ms each: the window holds a fraction of the run.
+    assert snap.tok_s == pytest.approx(1e3 / CARD.step_ms(1, context_tokens=200), rel=0.1)
+
+
+def test_step_line_fit_recovers_the_cost_model():
+    points = [(b, CARD.decode_step_ms(b)) for b in (1, 2, 4, 8, 16) for _ in range(3)]
+    line = fit_step_line(points)
+    assert line.floor_ms == pytest.approx(CARD.floor_ms)
+    assert line.per_row_ms == pytest.approx(CARD.per_row_ms)
+    assert fit_step_line([(4, 1.0), (4, 2.0)]) is None
+
+
+def test_percentile_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile(list(range(101)), 95) == 95
