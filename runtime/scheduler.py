@@ -153,6 +153,14 @@ class Scheduler:
         self._trim_lanes()
         self._fail_unfittable(now)
 
+    def fail_unqueued(self, request: Request, now: float, message: str) -> None:
+        """Ends a request that never made it into the queue, so its listener still hears."""
+        self._finish(request, RequestStatus.FINISHED_ERROR, now, message)
+
+    def end_batch(self) -> None:
+        """Releases every padding lane, as when a static batch's last live sequence ends."""
+        self._end_padding()
+
     def handle_kv_full(self, now: float) -> None:
         """The engine had less room than the budget promised: shrink the budget to what it holds."""
         used = self.kv_used
