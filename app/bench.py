@@ -7,7 +7,7 @@ import json
 import statistics
 import time
 
-from app.engines import add_engine_arguments, make_engine
+from app.engines import add_engine_arguments, engine_from_args
 from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
 from runtime.config import POLICY_NAMES, SchedulerConfig
@@ -69,7 +69,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
-    engine = make_engine(args, realtime=args.realtime, max_lanes=max_batch)
+    engine = engine_from_args(args, realtime=args.realtime, max_lanes=max_batch)
     try:
         for policy in policies:
             config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk)

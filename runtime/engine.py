@@ -85,3 +85,19 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Renders a chat with the model's own template (tools included) into one prompt string."""
+        ...

@@ -6,12 +6,17 @@ the cost model, tokens are placeholder words. In real time it sleeps for the mod
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from typing import Any
 
 from runtime.engine import RowKind, Sample, StepPlan, StepResult
 from runtime.profiles import RX_9070_XT_QWEN35_9B, CardProfile
 
+BOS_ID = 1
+FIRST_TEXT_ID = 3
+VOCAB_SIZE = 32000
 PLACEHOLDER_WORDS = (
     "the", "agent", "reads", "a", "file", "and", "plans", "an", "edit", "to", "its", "tool", "call",
     "then", "runs", "tests", "on", "code", "with", "one", "batch", "step", "each", "token",
@@ -70,6 +75,38 @@ class ModeledEngine:
 
     def close(self) -> None:
         pass
+
+    # Text: about four characters a token, like a real BPE vocabulary, so prompt sizes stay plausible.
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+        ids = [BOS_ID] if add_special else []
+        return ids + [FIRST_TEXT_ID + zlib.crc32(p.encode()) % (VOCAB_SIZE - FIRST_TEXT_ID) for p in pieces]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return "".join(" " + PLACEHOLDER_WORDS[t % len(PLACEHOLDER_WORDS)] for t in tokens if t != BOS_ID)
+
+    @property
+    def chat_template(self) -> str | None:
+        return None
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        parts = []
+        if tools:
+            parts.append("<|im_start|>system\n# Tools\n" + json.dumps(tools) + "<|im_end|>\n")
+        for message in messages:
+            content = message.get("content") or ""
+            if not isinstance(content, str):
+                content = json.dumps(content)
+            parts.append(f"<|im_start|>{message.get('role', 'user')}\n{content}<|im_end|>\n")
+        if add_generation_prompt:
+            parts.append("<|im_start|>assistant\n")
+        return "".join(parts)
 
 
 def _placeholder(request_id: int, position: int) -> Sample:

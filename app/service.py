@@ -1,0 +1,87 @@
+"""The running swarm: settings, the engine, its thread and metrics, reloadable as a whole.
+
+The HTTP server and the desktop panel both hold one SwarmService; neither touches the engine directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from app.engines import build_engine
+from app.settings import Settings
+from runtime.engine import Engine
+from runtime.engine_thread import EngineThread
+from runtime.metrics import MetricsAggregator
+
+log = logging.getLogger(__name__)
+
+
+class SwarmService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = MetricsAggregator()
+        self._lock = threading.Lock()
+        self._engine: Engine | None = None
+        self._thread: EngineThread | None = None
+        self.load_error: str | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("no engine is loaded")
+        return self._engine
+
+    @property
+    def engine_thread(self) -> EngineThread:
+        if self._thread is None:
+            raise RuntimeError("no engine is loaded")
+        return self._thread
+
+    @property
+    def loaded(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Loads the engine the settings name and starts its thread; raises on a bad model."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            s = self.settings
+            try:
+                engine = build_engine(
+                    s.engine, realtime=True, max_lanes=s.max_batch, profile=s.profile, model=s.model,
+                    n_ctx=s.n_ctx, n_batch=s.n_batch, n_gpu_layers=s.n_gpu_layers, flash_attn=s.flash_attn,
+                    kv_type=s.kv_type, threads=s.threads,
+                )
+            except Exception as exc:
+                self.load_error = str(exc)
+                raise
+            self.load_error = None
+            self._engine = engine
+            self.metrics.reset()
+            self._thread = EngineThread(engine, s.scheduler_config(), self.metrics)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, engine = self._thread, self._engine
+            self._thread = self._engine = None
+        if thread is not None:
+            thread.stop()
+        if engine is not None:
+            engine.close()
+
+    def reload(self, **changes: Any) -> None:
+        """Stops the engine (failing what is in flight), applies setting changes, starts again."""
+        scheduler = self._thread.config if self._thread is not None else None
+        self.stop()
+        if scheduler is not None:
+            changes = {"policy": scheduler.policy, "max_batch": scheduler.max_batch,
+                       "prefill_chunk": scheduler.prefill_chunk, "kv_budget": scheduler.kv_budget} | changes
+        self.settings = Settings(**(self.settings.model_dump() | changes))
+        self.start()
+
+    def describe(self) -> dict[str, Any]:
+        return self.engine.describe() if self._engine is not None else {"engine": None, "error": self.load_error}

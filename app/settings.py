@@ -1,0 +1,91 @@
+"""Every setting of the server and the panel: flags, SWARM_PANEL_* variables, and a TOML file.
+
+Precedence, highest first: explicit overrides (command-line flags), environment variables, the
+config file in the user's config folder, the defaults here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from runtime.config import MAX_LANES, SchedulerConfig
+from runtime.profiles import PROFILES
+
+APP_NAME = "swarm-panel"
+
+
+def config_file() -> Path:
+    override = os.environ.get("SWARM_PANEL_CONFIG_FILE")
+    return Path(override) if override else platformdirs.user_config_path(APP_NAME) / "config.toml"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SWARM_PANEL_", extra="ignore", validate_default=True)
+
+    host: str = Field("127.0.0.1", description="Address to listen on; anything but loopback needs an API key")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port of the OpenAI-compatible endpoint (0 = any free)")
+    api_key: SecretStr | None = Field(None, description="Bearer token clients must send; none means no check")
+    insecure_public_without_api_key: bool = Field(
+        False, description="Allow a non-loopback host without an API key (anyone on the network may use it)"
+    )
+    cors_origins: list[str] = Field(default_factory=list, description="Origins allowed by CORS; none by default")
+
+    engine: Literal["modeled", "llama"] = Field(
+        "llama", description="llama: llama.cpp on a GGUF (the demo model if none is given); modeled: the cost model"
+    )
+    model: Path | None = Field(None, description="GGUF file for the llama engine; none means the demo model")
+    profile: str = Field(next(iter(PROFILES)), description="Card and model the modeled engine imitates")
+
+    policy: Literal["naive", "shrinking", "continuous"] = Field("continuous", description="Batching policy")
+    max_batch: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
+    prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes")
+    kv_budget: int | None = Field(None, ge=1, description="KV tokens the scheduler may use; none means all")
+    admission_wait_s: float = Field(0.05, ge=0, le=60, description="How long a static batch waits to fill up")
+
+    n_ctx: int = Field(8192, ge=256, le=1 << 20, description="llama.cpp context size, shared by all lanes")
+    n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
+    n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
+    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="llama.cpp flash attention")
+    kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for llama.cpp; none means all cores")
+
+    max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
+    max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")
+    max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in PROFILES:
+            raise ValueError(f"unknown profile {value!r}; choose one of {', '.join(PROFILES)}")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            policy=self.policy,
+            max_batch=self.max_batch,
+            prefill_chunk=self.prefill_chunk,
+            kv_budget=self.kv_budget,
+            admission_wait_s=self.admission_wait_s,
+        )
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
