@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from typing import Any
 
 from app.engines import build_engine
@@ -18,10 +19,33 @@ from runtime.metrics import MetricsAggregator
 log = logging.getLogger(__name__)
 
 
+class InflightAgents:
+    """Requests each agent has open over HTTP right now: the panel's "connected agents"."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: Counter[str] = Counter()
+
+    def enter(self, agent: str) -> None:
+        with self._lock:
+            self._open[agent] += 1
+
+    def exit(self, agent: str) -> None:
+        with self._lock:
+            self._open[agent] -= 1
+            if self._open[agent] <= 0:
+                del self._open[agent]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._open)
+
+
 class SwarmService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = MetricsAggregator()
+        self.inflight = InflightAgents()
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._thread: EngineThread | None = None
