@@ -1,0 +1,235 @@
+"""The agent-swarm load generator: closed-loop agents on any OpenAI-compatible endpoint over HTTP.
+
+Each agent sends its next chat request the moment its last one returns; output lengths cycle
+through a list, offset by agent, exactly as the in-process bench does. It works against this
+server, llama.cpp's llama-server, vLLM or anything else that streams OpenAI chat completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import httpx
+
+from runtime.metrics import percentile
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name
+
+LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
+    "article": ARTICLE_LENGTHS,
+    "tool calls": (12, 20, 30, 40, 60, 80),
+    "long plans": (300, 450, 600, 750, 900),
+}
+
+ERROR_BACKOFF_S = 0.25
+
+FILLER = (
+    "Read the failing test, find the function it calls, explain the bug and propose a minimal patch. "
+    "Keep the public interface unchanged and list the files you would touch. "
+)
+
+
+@dataclass(slots=True)
+class SwarmConfig:
+    url: str
+    agents: int = 8
+    seconds: float | None = None
+    requests_per_agent: int | None = None
+    lengths: tuple[int, ...] = ARTICLE_LENGTHS
+    spread: float = 1.0
+    prompt_tokens: int = 32
+    api_key: str | None = None
+    model: str = "swarm-panel"
+    # Random-weight models stop at random; benchmarks need exact lengths.
+    ignore_eos: bool = True
+    eos_token_ids: tuple[int, ...] = ()
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.agents <= 1024:
+            raise ValueError(f"agents must be within 1..1024, got {self.agents}")
+        if self.seconds is None and self.requests_per_agent is None:
+            raise ValueError("give a duration (seconds) or a number of requests per agent")
+        if self.seconds is not None and self.seconds <= 0:
+            raise ValueError("seconds must be positive")
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[:-3]
+
+    @property
+    def workload(self) -> SwarmWorkload:
+        return SwarmWorkload(
+            agents=self.agents,
+            lengths=self.lengths,
+            requests_per_agent=self.requests_per_agent or 1,
+            prompt_tokens=self.prompt_tokens,
+            spread=self.spread,
+        )
+
+
+@dataclass(slots=True)
+class AgentReport:
+    requests: int = 0
+    errors: int = 0
+    tokens: int = 0
+    ttft: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SwarmReport:
+    agents: int
+    requests: int
+    errors: int
+    tokens: int
+    seconds: float
+    tok_s: float
+    ttft_p50: float | None
+    ttft_p95: float | None
+    latency_p50: float | None
+    latency_p95: float | None
+    error_messages: list[str] = field(default_factory=list)
+    per_agent: dict[str, dict] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def prompt_text(agent: int, turn: int, approx_tokens: int) -> str:
+    head = f"Agent {agent + 1}, turn {turn + 1}. "
+    # About four characters a token in English text.
+    want = max(approx_tokens * 4 - len(head), 0)
+    body = (FILLER * (want // len(FILLER) + 1))[:want]
+    return head + body
+
+
+class _Swarm:
+    def __init__(self, config: SwarmConfig, stop: asyncio.Event | None) -> None:
+        self.config = config
+        self.stop = stop or asyncio.Event()
+        self.reports: dict[str, AgentReport] = defaultdict(AgentReport)
+        self.messages: list[str] = []
+        self.deadline = None
+
+    def _body(self, agent: int, turn: int) -> dict:
+        c = self.config
+        body = {
+            "model": c.model,
+            "messages": [{"role": "user", "content": prompt_text(agent, turn, c.prompt_tokens)}],
+            "max_tokens": c.workload.max_tokens(agent, turn),
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "user": agent_name(agent),
+        }
+        if c.ignore_eos:
+            body["ignore_eos"] = True
+        if c.eos_token_ids:
+            body["logit_bias"] = {str(t): -100 for t in c.eos_token_ids}
+        return body
+
+    def _more(self, turn: int) -> bool:
+        if self.stop.is_set():
+            return False
+        if self.config.requests_per_agent is not None and turn >= self.config.requests_per_agent:
+            return False
+        return self.deadline is None or time.monotonic() < self.deadline
+
+    async def agent(self, client: httpx.AsyncClient, agent: int) -> None:
+        report = self.reports[agent_name(agent)]
+        turn = 0
+        while self._more(turn):
+            await self._one(client, agent, turn, report)
+            turn += 1
+
+    async def _one(self, client: httpx.AsyncClient, agent: int, turn: int, report: AgentReport) -> None:
+        started = time.monotonic()
+        first = None
+        chunks = 0
+        usage = None
+        try:
+            async with client.stream("POST", "/v1/chat/completions", json=self._body(agent, turn)) as resp:
+                if resp.status_code != 200:
+                    await resp.aread()
+                    self._error(report, f"HTTP {resp.status_code}: {resp.text[:200]}")
+                    await asyncio.sleep(float(resp.headers.get("retry-after", "0") or 0) or 0.05)
+                    return
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        if delta.get("content") or delta.get("tool_calls"):
+                            chunks += 1
+                            if first is None:
+                                first = time.monotonic()
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            self._error(report, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(ERROR_BACKOFF_S)
+            return
+        report.requests += 1
+        report.tokens += usage["completion_tokens"] if usage else chunks
+        report.latency.append(time.monotonic() - started)
+        if first is not None:
+            report.ttft.append(first - started)
+
+    def _error(self, report: AgentReport, message: str) -> None:
+        report.errors += 1
+        if len(self.messages) < 20:
+            self.messages.append(message)
+
+
+async def run_swarm(config: SwarmConfig, stop: asyncio.Event | None = None) -> SwarmReport:
+    swarm = _Swarm(config, stop)
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    limits = httpx.Limits(max_connections=config.agents + 4, max_keepalive_connections=config.agents + 4)
+    started = time.monotonic()
+    if config.seconds is not None:
+        swarm.deadline = started + config.seconds
+    async with httpx.AsyncClient(base_url=config.url, headers=headers, limits=limits,
+                                 timeout=httpx.Timeout(config.timeout_s, connect=10.0)) as client:
+        tasks = [asyncio.create_task(swarm.agent(client, a)) for a in range(config.agents)]
+        if config.seconds is not None:
+            # Requests still streaming at the deadline are cut off: the window is what is measured.
+            _, pending = await asyncio.wait(tasks, timeout=max(swarm.deadline - time.monotonic(), 0))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        else:
+            await asyncio.gather(*tasks)
+    seconds = time.monotonic() - started
+    return _report(config, swarm, seconds)
+
+
+def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
+    reports = swarm.reports
+    ttft = [t for r in reports.values() for t in r.ttft]
+    latency = [t for r in reports.values() for t in r.latency]
+    tokens = sum(r.tokens for r in reports.values())
+    return SwarmReport(
+        agents=config.agents,
+        requests=sum(r.requests for r in reports.values()),
+        errors=sum(r.errors for r in reports.values()),
+        tokens=tokens,
+        seconds=seconds,
+        tok_s=tokens / seconds if seconds > 0 else 0.0,
+        ttft_p50=percentile(ttft, 50),
+        ttft_p95=percentile(ttft, 95),
+        latency_p50=percentile(latency, 50),
+        latency_p95=percentile(latency, 95),
+        error_messages=swarm.messages,
+        per_agent={
+            name: {"requests": r.requests, "errors": r.errors, "tokens": r.tokens,
+                   "ttft_p50": percentile(r.ttft, 50), "latency_p50": percentile(r.latency, 50)}
+            for name, r in sorted(reports.items())
+        },
+    )

@@ -1,0 +1,70 @@
+"""`swarm-panel swarm`: drive any OpenAI-compatible endpoint with the closed-loop agent swarm."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from app.bench import int_list
+from app.swarm import LENGTH_PRESETS, SwarmConfig, SwarmReport, run_swarm
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("swarm", help="drive an OpenAI-compatible endpoint with closed-loop agents",
+                       description=__doc__)
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (with or without /v1)")
+    p.add_argument("--agents", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=None, help="run this long (cuts off requests in flight)")
+    p.add_argument("--requests-per-agent", type=int, default=None, help="or stop after this many per agent")
+    p.add_argument("--lengths", type=int_list, default=None,
+                   help="output lengths the agents cycle through (default: the article's 40..900)")
+    p.add_argument("--preset", choices=sorted(LENGTH_PRESETS), default="article")
+    p.add_argument("--spread", type=float, default=1.0)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--model", default="swarm-panel")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="let the model stop on its own end-of-generation token")
+    p.add_argument("--eos-token-id", type=int, action="append", default=[],
+                   help="also suppress this token with logit_bias (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seconds is None and args.requests_per_agent is None:
+        args.seconds = 30.0
+    config = SwarmConfig(
+        url=args.url,
+        agents=args.agents,
+        seconds=args.seconds,
+        requests_per_agent=args.requests_per_agent,
+        lengths=tuple(args.lengths or LENGTH_PRESETS[args.preset]),
+        spread=args.spread,
+        prompt_tokens=args.prompt_tokens,
+        api_key=args.api_key,
+        model=args.model,
+        ignore_eos=args.ignore_eos,
+        eos_token_ids=tuple(args.eos_token_id),
+    )
+    report = asyncio.run(run_swarm(config))
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print_report(report, config)
+    return 0 if report.requests else 1
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.0f} ms"
+
+
+def print_report(report: SwarmReport, config: SwarmConfig) -> None:
+    print(f"{report.agents} agents against {config.url} for {report.seconds:.1f} s")
+    print(f"requests {report.requests}, errors {report.errors}, tokens {report.tokens}, "
+          f"aggregate {report.tok_s:.1f} tok/s")
+    print(f"TTFT p50 {_ms(report.ttft_p50)}, p95 {_ms(report.ttft_p95)}; "
+          f"latency p50 {_ms(report.latency_p50)}, p95 {_ms(report.latency_p95)}")
+    for message in report.error_messages[:5]:
+        print(f"  error: {message}")
