@@ -1,0 +1,341 @@
+"""The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch."""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from runtime.demo_model import CHAT_TEMPLATE
+from runtime.detokenizer import StopStringDetokenizer
+from runtime.engine import EngineError, KVCacheFull, Row, RowKind, Sample, StepPlan, StepResult
+from runtime.llama_log import ensure_backend, take_recent_problems
+from runtime.llama_model_info import chat_template, model_facts
+from runtime.llama_sampling import build_sampler_chain, free_sampler_chain
+from runtime.llama_vocab import LlamaVocab
+from runtime.request import Request
+
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+
+
+class ModelLoadError(RuntimeError):
+    """The model file is missing, unreadable or not a model llama.cpp can run with these settings."""
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """A live request's llama.cpp sequence and its sampling state (both made on first sight)."""
+
+    seq_id: int
+    sampler: llama_cpp.llama_sampler_p | None = None
+    text: StopStringDetokenizer | None = None
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaEngine:
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        max_lanes: int = 8,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_gpu_layers: int = 0,
+        flash_attn: str | bool = "auto",
+        kv_type: str = "f16",
+        n_threads: int | None = None,
+    ) -> None:
+        self._model = self._ctx = None
+        self._batch: llama_cpp.llama_batch | None = None
+        self._lanes: dict[int, _Lane] = {}
+        self.path = Path(model_path)
+        if not 1 <= max_lanes <= llama_cpp.llama_max_parallel_sequences():
+            raise ValueError(f"max_lanes must be within 1..{llama_cpp.llama_max_parallel_sequences()}, got {max_lanes}")
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        if flash_attn not in FLASH_ATTN:
+            raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {flash_attn!r}")
+        if n_batch < 1 or n_ctx < 1:
+            raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
+        self.n_threads = n_threads or _default_threads()
+        self.kv_type, self.flash_attn, self.n_gpu_layers = kv_type, flash_attn, n_gpu_layers
+        self.max_lanes = max_lanes
+        self._model = self._load_model(n_gpu_layers)
+        try:
+            self._ctx = self._new_context(max_lanes, n_ctx, n_batch)
+            self._mem = llama_cpp.llama_get_memory(self._ctx)
+            self.vocab = LlamaVocab(self._model)
+            # Unified KV: every sequence may use the whole context, and all of them share it.
+            self.max_context = self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
+            # llama.cpp clamps n_batch to n_ctx.
+            self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
+            self._free_seq_ids = list(range(max_lanes))
+            self._batch = llama_cpp.llama_batch_init(self.max_step_tokens, 0, 1)
+            self._batch_arrays = self._view_batch(self._batch, self.max_step_tokens)
+            self._chat_template = chat_template(self._model)
+            self._formatters: dict[bool, Jinja2ChatFormatter] = {}
+            self._facts = self._read_facts()
+            self.name: str = self._facts["name"]
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- loading -----
+
+    def _load_model(self, n_gpu_layers: int) -> llama_cpp.llama_model_p:
+        if not self.path.is_file():
+            raise ModelLoadError(f"cannot load model {self.path}: no such file")
+        ensure_backend()
+        take_recent_problems()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
+        if not model:
+            reason = "; ".join(take_recent_problems()) or "llama.cpp rejected the file"
+            raise ModelLoadError(f"cannot load model {self.path}: {reason}")
+        return model
+
+    def _new_context(self, max_lanes: int, n_ctx: int, n_batch: int) -> llama_cpp.llama_context_p:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = max_lanes
+        params.kv_unified = True
+        params.n_threads = params.n_threads_batch = self.n_threads
+        params.type_k = params.type_v = KV_TYPES[self.kv_type]
+        params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not ctx:
+            reason = "; ".join(take_recent_problems()) or "llama.cpp could not create the context"
+            raise ModelLoadError(f"cannot load model {self.path} with n_ctx={n_ctx}, kv_type={self.kv_type}: {reason}")
+        return ctx
+
+    @staticmethod
+    def _view_batch(batch: llama_cpp.llama_batch, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        tokens = np.ctypeslib.as_array(batch.token, shape=(size,))
+        positions = np.ctypeslib.as_array(batch.pos, shape=(size,))
+        logits = np.ctypeslib.as_array(batch.logits, shape=(size,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(size,))[:] = 1
+        seq_slots = [batch.seq_id[i] for i in range(size)]
+        return tokens, positions, logits, seq_slots
+
+    def _read_facts(self) -> dict[str, Any]:
+        facts = model_facts(self._model, self.path)
+        facts.update(
+            n_ctx=self.max_context,
+            n_batch=self.max_step_tokens,
+            max_lanes=self.max_lanes,
+            kv_type=self.kv_type,
+            kv_unified=True,
+            flash_attn=self.flash_attn,
+            n_gpu_layers=self.n_gpu_layers,
+            n_threads=self.n_threads,
+            device="GPU" if facts["gpu_offload_supported"] and self.n_gpu_layers != 0 else "CPU",
+        )
+        return facts
+
+    # ----- Engine protocol -----
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._facts)
+
+    def step(self, plan: StepPlan) -> StepResult:
+        started = time.perf_counter()
+        self._require_open()
+        for request in plan.release:
+            self._release(request)
+        if plan.num_tokens > self.max_step_tokens:
+            raise EngineError(f"step carries {plan.num_tokens} tokens, more than n_batch={self.max_step_tokens}")
+        errors: dict[int, str] = {}
+        rows = self._admit(plan.rows, errors)
+        to_sample = self._fill_batch(rows)
+        samples: dict[int, Sample] = {}
+        if self._batch.n_tokens:
+            self._decode(rows)
+            for index, row in to_sample:
+                samples[row.request.request_id] = self._sample(row.request, index)
+        return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors)
+
+    def close(self) -> None:
+        for lane in self._lanes.values():
+            free_sampler_chain(lane.sampler)
+        self._lanes.clear()
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def lane_kv_positions(self) -> list[int]:
+        """Highest KV position each sequence id holds (-1: empty), for diagnostics and tests."""
+        self._require_open()
+        return [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) for seq_id in range(self.max_lanes)]
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- text -----
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.vocab.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.vocab.detokenize(tokens)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Render messages with the GGUF's own template (ChatML when the file has none)."""
+        formatter = self._formatters.get(add_generation_prompt)
+        if formatter is None:
+            formatter = self._formatters[add_generation_prompt] = Jinja2ChatFormatter(
+                self._chat_template or CHAT_TEMPLATE,
+                eos_token=self.vocab.token_text(self.vocab.eos),
+                bos_token=self.vocab.token_text(self.vocab.bos),
+                add_generation_prompt=add_generation_prompt,
+            )
+        return formatter(messages=messages, tools=tools).prompt
+
+    # ----- step parts -----
+
+    def _require_open(self) -> None:
+        if self._ctx is None:
+            raise EngineError("the engine is closed")
+
+    def _release(self, request: Request) -> None:
+        lane = self._lanes.pop(request.request_id, None)
+        if lane is None:
+            return
+        llama_cpp.llama_memory_seq_rm(self._mem, lane.seq_id, -1, -1)
+        free_sampler_chain(lane.sampler)
+        heapq.heappush(self._free_seq_ids, lane.seq_id)
+
+    def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[Row]:
+        """Rows that can run; a row that cannot gets an error for its request instead."""
+        admitted: list[Row] = []
+        seen: set[int] = set()
+        for row in rows:
+            rid = row.request.request_id
+            try:
+                if rid in seen:
+                    raise ValueError("the step holds two rows for this request")
+                seen.add(rid)
+                self._check_row(row)
+                lane = self._lane_for(row.request)
+                self._check_position(row, lane)
+                if row.sample and row.kind != RowKind.PADDING:
+                    self._prepare_sampling(row.request, lane)
+            except ValueError as exc:
+                errors[rid] = str(exc)
+            else:
+                admitted.append(row)
+        return admitted
+
+    def _check_row(self, row: Row) -> None:
+        if not row.tokens:
+            raise ValueError("a row needs at least one token")
+        if row.start < 0 or row.start + len(row.tokens) > self.max_context:
+            raise ValueError(f"positions {row.start}..{row.start + len(row.tokens) - 1} exceed the context "
+                             f"of {self.max_context} tokens")
+        if min(row.tokens) < 0 or max(row.tokens) >= self.vocab.n_tokens:
+            raise ValueError(f"token ids must be within 0..{self.vocab.n_tokens - 1}")
+
+    def _lane_for(self, request: Request) -> _Lane:
+        lane = self._lanes.get(request.request_id)
+        if lane is None:
+            if not self._free_seq_ids:
+                raise ValueError(f"no free lane: all {self.max_lanes} sequences are in use")
+            lane = self._lanes[request.request_id] = _Lane(heapq.heappop(self._free_seq_ids))
+        return lane
+
+    def _check_position(self, row: Row, lane: _Lane) -> None:
+        held = llama_cpp.llama_memory_seq_pos_max(self._mem, lane.seq_id) + 1
+        if row.start != held:
+            raise ValueError(f"row starts at position {row.start} but the KV cache holds {held} tokens of it")
+
+    def _prepare_sampling(self, request: Request, lane: _Lane) -> None:
+        if lane.sampler is None:
+            eog = self.vocab.eog_tokens if request.sampling.ignore_eos else ()
+            lane.sampler = build_sampler_chain(request.sampling, self.vocab.n_tokens, eog, request.token_ids)
+        if lane.text is None:
+            # A recomputed (preempted) request gets back the text it was holding.
+            lane.text = StopStringDetokenizer(request.sampling.stop)
+            for token in request.output_token_ids:
+                lane.text.push(self.vocab.piece(token))
+
+    def _fill_batch(self, rows: list[Row]) -> list[tuple[int, Row]]:
+        tokens, positions, logits, seq_slots = self._batch_arrays
+        to_sample: list[tuple[int, Row]] = []
+        n = 0
+        for row in rows:
+            seq_id = self._lanes[row.request.request_id].seq_id
+            end = n + len(row.tokens)
+            tokens[n:end] = row.tokens
+            positions[n:end] = np.arange(row.start, row.start + len(row.tokens))
+            logits[n:end] = 0
+            for i in range(n, end):
+                seq_slots[i][0] = seq_id
+            if row.sample or row.kind == RowKind.PADDING:
+                # Padding lanes cost what a real lane costs; their sample is thrown away.
+                logits[end - 1] = 1
+                if row.sample and row.kind != RowKind.PADDING:
+                    to_sample.append((end - 1, row))
+            n = end
+        self._batch.n_tokens = n
+        return to_sample
+
+    def _decode(self, rows: list[Row]) -> None:
+        take_recent_problems()
+        code = llama_cpp.llama_decode(self._ctx, self._batch)
+        if code == 0:
+            return
+        # llama.cpp restores the cache after code 1 and -1; after others, ubatches already
+        # computed stay behind. Either way, nothing of this step may remain.
+        for row in rows:
+            llama_cpp.llama_memory_seq_rm(self._mem, self._lanes[row.request.request_id].seq_id, row.start, -1)
+        if code == 1:
+            raise KVCacheFull(f"no KV cache room for a step of {self._batch.n_tokens} tokens "
+                              f"(capacity {self.kv_capacity})")
+        problems = "; ".join(take_recent_problems())
+        raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
+
+    def _sample(self, request: Request, index: int) -> Sample:
+        lane = self._lanes[request.request_id]
+        token = llama_cpp.llama_sampler_sample(lane.sampler, self._ctx, index)
+        if self.vocab.is_eog(token):
+            return Sample(token=token, text=lane.text.flush(), stop=True)
+        text = lane.text.push(self.vocab.piece(token))
+        if lane.text.stopped:
+            return Sample(token=token, text=text, stop=True)
+        if request.num_output_tokens + 1 >= request.sampling.max_tokens:
+            text += lane.text.flush()
+        return Sample(token=token, text=text)

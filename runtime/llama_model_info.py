@@ -1,0 +1,48 @@
+"""Facts about a loaded llama.cpp model, read from its GGUF metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+
+def meta_value(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A GGUF metadata value as text, or None when the file lacks the key."""
+    buf = bytes(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = bytes(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf[:n].decode("utf-8", errors="replace")
+
+
+def chat_template(model: llama_cpp.llama_model_p) -> str | None:
+    template = llama_cpp.llama_model_chat_template(model, None)
+    return template.decode("utf-8") if template else None
+
+
+def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
+    desc = bytes(256)
+    llama_cpp.llama_model_desc(model, desc, len(desc))
+    file_type = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(model))
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    return {
+        "name": meta_value(model, "general.name") or path.stem,
+        "path": str(path),
+        "architecture": meta_value(model, "general.architecture"),
+        "description": desc.split(b"\0", 1)[0].decode("utf-8", errors="replace"),
+        "n_params": llama_cpp.llama_model_n_params(model),
+        "file_size_bytes": path.stat().st_size,
+        "file_type": file_type.decode() if file_type else None,
+        "n_vocab": llama_cpp.llama_vocab_n_tokens(vocab),
+        "n_embd": llama_cpp.llama_model_n_embd(model),
+        "n_layer": llama_cpp.llama_model_n_layer(model),
+        "context_length_train": llama_cpp.llama_model_n_ctx_train(model),
+        "chat_template_present": chat_template(model) is not None,
+        "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
+        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+    }
