@@ -6,12 +6,14 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import dataclass
 
 from app.engines import add_engine_arguments, engine_from_args
 from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
 from runtime.config import POLICY_NAMES, SchedulerConfig
 from runtime.engine import Sample, StepPlan, StepResult
+from runtime.fit import StepLine, fit_step_line, predicted_tok_s
 from runtime.modeled_engine import ModeledEngine
 from runtime.request import Request, SamplingParams
 from runtime.scheduler import Scheduler
@@ -48,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", type=int, default=None, help="lanes (default: as many as agents, up to 256)")
     p.add_argument("--prefill-chunk", type=int, default=512, help="prompt tokens per step beside the decodes")
     p.add_argument("--realtime", action="store_true", help="run the modeled engine in real time, not virtual")
+    p.add_argument("--fit", action="store_true",
+                   help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")
+    p.add_argument("--fit-widths", type=int_list, default=(1, 2, 4, 8, 16), help="widths the sweep measures")
+    p.add_argument("--fit-steps", type=int, default=24, help="decode steps measured per width")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run_bench)
 
@@ -69,20 +75,69 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
-    engine = engine_from_args(args, realtime=args.realtime, max_lanes=max_batch)
+    lanes = max(max_batch, *args.fit_widths) if args.fit else max_batch
+    engine = engine_from_args(args, realtime=args.realtime, max_lanes=lanes)
+    virtual = isinstance(engine, ModeledEngine) and not args.realtime
+    fit = None
     try:
+        if args.fit:
+            fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual)
         for policy in policies:
             config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk)
-            virtual = isinstance(engine, ModeledEngine) and not args.realtime
-            clock = VirtualClock() if virtual else RealClock()
-            results.append(run_closed_loop(engine, config, workload, clock))
+            results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock()))
     finally:
         engine.close()
+    predictions = _predictions(fit, workload, max_batch, policies)
     if args.json:
-        print(json.dumps({"results": [r.as_dict() for r in results], "workload": _workload_dict(workload, max_batch)}))
+        out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy)} for r in results],
+               "workload": _workload_dict(workload, max_batch), "engine": engine.name}
+        if fit is not None:
+            out["fit"] = fit.as_dict()
+        print(json.dumps(out))
     else:
-        _print_table(results, workload, max_batch, engine)
+        _print_table(results, workload, max_batch, engine, fit, predictions)
     return 0
+
+
+@dataclass(slots=True)
+class Sweep:
+    line: StepLine | None
+    median_ms: dict[int, float]
+
+    def as_dict(self) -> dict:
+        line = self.line
+        return {
+            "floor_ms": line.floor_ms if line else None,
+            "per_row_ms": line.per_row_ms if line else None,
+            "median_step_ms": {str(b): ms for b, ms in self.median_ms.items()},
+        }
+
+
+def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool) -> Sweep:
+    """Runs B sequences decoding together for each width and fits the pure-decode step times."""
+    points: list[tuple[int, float]] = []
+    medians: dict[int, float] = {}
+    for width in widths:
+        durations: list[float] = []
+        workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=8)
+        config = SchedulerConfig(policy="continuous", max_batch=width)
+
+        def keep(stats, width=width, durations=durations):
+            if stats.prefill_tokens == 0 and stats.decode_rows == width:
+                durations.append(stats.duration * 1e3)
+
+        run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(), on_stats=keep)
+        # The first decode steps warm caches and threads; the median ignores them.
+        medians[width] = statistics.median(durations)
+        points += [(width, ms) for ms in durations]
+    return Sweep(fit_step_line(points), medians)
+
+
+def _predictions(fit: Sweep | None, workload: SwarmWorkload, max_batch: int, policies) -> dict[str, float]:
+    if fit is None or fit.line is None or workload.agents != max_batch:
+        return {}
+    rounds = [[workload.max_tokens(a, t) for a in range(workload.agents)] for t in range(workload.requests_per_agent)]
+    return {policy: predicted_tok_s(policy, rounds, fit.line) for policy in policies}
 
 
 def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
@@ -95,7 +150,7 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
     }
 
 
-def _print_table(results: list[RunResult], workload: SwarmWorkload, max_batch: int, engine) -> None:
+def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float]) -> None:
     print(f"engine: {engine.name}")
     print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths {workload.effective_lengths}, "
           f"prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
@@ -103,10 +158,19 @@ def _print_table(results: list[RunResult], workload: SwarmWorkload, max_batch: i
         p = engine.profile
         print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={max_batch}: "
               f"{p.ceiling_tok_s(max_batch):.1f} tok/s")
-    print(f"{'policy':<12}{'tok/s':>9}{'util':>8}{'occup':>8}{'steps':>8}{'seconds':>10}{'tokens':>9}{'padding':>9}")
+    if fit is not None:
+        widths = ", ".join(f"B={b}: {ms:.1f} ms" for b, ms in fit.median_ms.items())
+        print(f"measured decode steps (median): {widths}")
+        if fit.line is not None:
+            print(f"fitted {fit.line}; ceiling B/t(B) at B={max_batch}: {fit.line.ceiling_tok_s(max_batch):.1f} tok/s")
+    header = f"{'policy':<12}{'tok/s':>9}{'util':>8}{'occup':>8}{'steps':>8}{'seconds':>10}{'tokens':>9}{'padding':>9}"
+    print(header + (f"{'fit says':>10}{'ratio':>8}" if predictions else ""))
     for r in results:
-        print(f"{r.policy:<12}{r.tok_s:>9.1f}{r.utilization:>8.1%}{r.occupancy:>8.1%}{r.steps:>8}"
-              f"{r.seconds:>10.2f}{r.useful_tokens:>9}{r.padding_rows:>9}")
+        line = (f"{r.policy:<12}{r.tok_s:>9.1f}{r.utilization:>8.1%}{r.occupancy:>8.1%}{r.steps:>8}"
+                f"{r.seconds:>10.2f}{r.useful_tokens:>9}{r.padding_rows:>9}")
+        if r.policy in predictions:
+            line += f"{predictions[r.policy]:>10.1f}{r.tok_s / predictions[r.policy]:>8.2f}"
+        print(line)
 
 
 class _InstantEngine:

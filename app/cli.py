@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from app import bench, swarm_cli
+from app import bench, demo_model_cli, swarm_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench.register(sub)
     swarm_cli.register(sub)
+    demo_model_cli.register(sub)
     return parser
 
 

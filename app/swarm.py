@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import httpx
 
 from runtime.metrics import percentile
-from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name, prompt_text
 
 LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
     "article": ARTICLE_LENGTHS,
@@ -25,12 +25,6 @@ LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
 }
 
 ERROR_BACKOFF_S = 0.25
-
-FILLER = (
-    "Read the failing test, find the function it calls, explain the bug and propose a minimal patch. "
-    "Keep the public interface unchanged and list the files you would touch. "
-)
-
 
 @dataclass(slots=True)
 class SwarmConfig:
@@ -96,14 +90,6 @@ class SwarmReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def prompt_text(agent: int, turn: int, approx_tokens: int) -> str:
-    head = f"Agent {agent + 1}, turn {turn + 1}. "
-    # About four characters a token in English text.
-    want = max(approx_tokens * 4 - len(head), 0)
-    body = (FILLER * (want // len(FILLER) + 1))[:want]
-    return head + body
 
 
 class _Swarm:

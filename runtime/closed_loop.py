@@ -12,7 +12,7 @@ from runtime.engine_loop import EngineLoop
 from runtime.request import Request, RequestOutput, SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
-from runtime.workload import SwarmWorkload, agent_name
+from runtime.workload import SwarmWorkload, agent_name, prompt_text
 
 PromptMaker = Callable[[int, int], list[int]]
 
@@ -35,9 +35,16 @@ class RunResult:
         return asdict(self)
 
 
-def filler_prompt(length: int) -> PromptMaker:
-    """Prompt ids that any vocabulary of a few hundred tokens holds."""
-    return lambda agent, turn: [10 + (agent * 31 + turn * 7 + i) % 200 for i in range(length)]
+def text_prompt(engine: Engine, length: int) -> PromptMaker:
+    """Exactly `length` tokens of the engine's own vocabulary, different per agent and turn."""
+
+    def make(agent: int, turn: int) -> list[int]:
+        ids = engine.tokenize(prompt_text(agent, turn, length))
+        while len(ids) < length:
+            ids += ids
+        return ids[:length]
+
+    return make
 
 
 def run_closed_loop(
@@ -48,7 +55,7 @@ def run_closed_loop(
     make_prompt: PromptMaker | None = None,
     on_stats: Callable[[StepStats], None] | None = None,
 ) -> RunResult:
-    make_prompt = make_prompt or filler_prompt(workload.prompt_tokens)
+    make_prompt = make_prompt or text_prompt(engine, workload.prompt_tokens)
     scheduler = Scheduler(
         config,
         kv_capacity=engine.kv_capacity,

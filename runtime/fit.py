@@ -41,3 +41,27 @@ def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(len(v) for v in by_width.values()))
+
+
+def predicted_tok_s(policy: str, lengths_by_round: list[list[int]], line: StepLine) -> float:
+    """What a step line says a policy yields when each round puts one request per lane together.
+
+    The article's arithmetic: decode steps only, prefill and KV reads ignored. A naive round runs
+    max(lengths) steps at full width; a shrinking round steps down in width as each lane ends;
+    continuous holds the full width throughout (right when every lane's total work is equal).
+    """
+    useful = sum(sum(r) for r in lengths_by_round)
+    width = len(lengths_by_round[0])
+    if policy == "continuous":
+        return line.ceiling_tok_s(width)
+    ms = 0.0
+    for lengths in lengths_by_round:
+        ordered = sorted(lengths)
+        if policy == "naive":
+            ms += ordered[-1] * line.step_ms(width)
+            continue
+        done = 0
+        for i, n in enumerate(ordered):
+            ms += (n - done) * line.step_ms(width - i)
+            done = n
+    return useful / (ms / 1e3)

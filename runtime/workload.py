@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+FILLER = (
+    "Read the failing test, find the function it calls, explain the bug and propose a minimal patch. "
+    "Keep the public interface unchanged and list the files you would touch. "
+)
+
 # The seed article's eight agents: a tool-call check up to a long refactor plan.
 ARTICLE_LENGTHS = (40, 90, 150, 220, 300, 480, 650, 900)
 
@@ -48,3 +53,11 @@ class SwarmWorkload:
 
 def agent_name(index: int) -> str:
     return f"agent-{index + 1:02d}"
+
+
+def prompt_text(agent: int, turn: int, approx_tokens: int) -> str:
+    head = f"Agent {agent + 1}, turn {turn + 1}. "
+    # About four characters a token in English text.
+    want = max(approx_tokens * 4 - len(head), 0)
+    body = (FILLER * (want // len(FILLER) + 1))[:want]
+    return head + body

@@ -5,6 +5,7 @@ import pytest
 from runtime.clock import VirtualClock
 from runtime.closed_loop import run_closed_loop
 from runtime.config import SchedulerConfig
+from runtime.fit import StepLine, predicted_tok_s
 from runtime.modeled_engine import ModeledEngine
 from runtime.profiles import RX_9070_XT_QWEN35_9B as CARD
 from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
@@ -14,18 +15,17 @@ WORKLOAD = SwarmWorkload(agents=8, lengths=ARTICLE_LENGTHS, requests_per_agent=8
 
 
 def article_expectation(policy: str) -> float:
-    """The article's arithmetic: decode steps at t(B) = floor + per_row*B, prefill and KV reads ignored."""
-    lengths = sorted(ARTICLE_LENGTHS)
-    useful = sum(lengths)
-    if policy == "naive":
-        return useful / (lengths[-1] * CARD.decode_step_ms(WIDTH) / 1e3)
-    if policy == "shrinking":
-        ms, done = 0.0, 0
-        for i, n in enumerate(lengths):
-            ms += (n - done) * CARD.decode_step_ms(WIDTH - i)
-            done = n
-        return useful / (ms / 1e3)
-    return CARD.ceiling_tok_s(WIDTH)
+    """The article's arithmetic on the card's step line: decode steps only."""
+    line = StepLine(CARD.floor_ms, CARD.per_row_ms, points=0)
+    rounds = [[WORKLOAD.max_tokens(a, turn) for a in range(WORKLOAD.agents)] for turn in range(WORKLOAD.requests_per_agent)]
+    return predicted_tok_s(policy, rounds, line)
+
+
+def test_article_arithmetic_gives_the_article_table():
+    """The seed's own figures, to the precision it quotes them."""
+    assert round(article_expectation("naive")) == 122
+    assert round(article_expectation("shrinking")) == 154
+    assert round(article_expectation("continuous")) == 311
 
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
