@@ -1,0 +1,140 @@
+"""Side by side over HTTP: swarm-panel serve vs llama.cpp's llama-server vs llama_cpp.server.
+
+Every server gets the same GGUF and the same closed-loop agent swarm (app.swarm, the load generator
+behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine hits all alike.
+
+    python benchmarks/peer_servers.py --llama-server PATH [--model GGUF] [--rounds 2] [--seconds 30]
+
+llama-server must come from the llama.cpp tree vendored in the installed llama-cpp-python's sdist,
+so both run the same kernels; `benchmarks/build_llama_server.sh` builds it. llama_cpp.server needs
+`pip install sse-starlette starlette-context` (skipped with a note when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from app.swarm import SwarmConfig, run_swarm
+from runtime.demo_model import ensure_demo_model
+
+SCALED_LENGTHS = (10, 22, 38, 55, 75, 120, 162, 225)  # the article's 40..900, divided by four
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def eog_tokens(model: Path) -> tuple[int, ...]:
+    from runtime.llama_engine import LlamaEngine
+
+    with LlamaEngine(model, max_lanes=1, n_ctx=256) as engine:
+        return tuple(sorted(engine.vocab.eog_tokens))
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before it was healthy")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{url} not healthy after {timeout:.0f} s")
+
+
+def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[str, list[str]]:
+    threads = str(args.threads)
+    commands = {
+        "swarm-panel": [sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
+                        "--port", str(port), "--max-batch", str(args.agents), "--n-ctx", str(args.n_ctx),
+                        "--threads", threads, "--policy", "continuous"],
+        "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
+                         "-c", str(args.n_ctx), "-t", threads, "-tb", threads, "--no-webui"],
+    }
+    if importlib.util.find_spec("sse_starlette") and importlib.util.find_spec("starlette_context"):
+        commands["llama_cpp.server"] = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                                        "--port", str(port), "--n_ctx", "2048", "--n_threads", threads]
+    else:
+        print("llama_cpp.server skipped: pip install sse-starlette starlette-context", file=sys.stderr)
+    return commands
+
+
+def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
+    url = f"http://127.0.0.1:{port}"
+    log = open(Path(args.logs) / f"{name}.log", "ab")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(url, proc)
+        config = SwarmConfig(url=url, agents=args.agents, seconds=args.seconds, lengths=SCALED_LENGTHS,
+                             prompt_tokens=args.prompt_tokens, eos_token_ids=eog)
+        report = asyncio.run(run_swarm(config))
+        return report.as_dict()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, required=True)
+    parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the demo model)")
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
+    parser.add_argument("--logs", default="/tmp/peer-bench-logs")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
+    model = args.model or ensure_demo_model()
+    eog = eog_tokens(model)
+    results: dict[str, list[dict]] = {}
+    for round_index in range(args.rounds):
+        port = free_port()
+        for name, command in server_commands(args, model, port).items():
+            if args.only and name not in args.only:
+                continue
+            report = run_round(name, command, port, args, eog)
+            results.setdefault(name, []).append(report)
+            print(f"round {round_index + 1} {name:<17} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
+                  f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms", flush=True)
+    summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
+    base = summary.get("swarm-panel")
+    print(f"\n{args.agents} agents, lengths {list(SCALED_LENGTHS)}, {args.seconds:.0f} s x {args.rounds} rounds, "
+          f"model {model.name}")
+    for name, tok_s in summary.items():
+        ratio = f"  swarm-panel / this = {base / tok_s:.2f}x" if base and name != "swarm-panel" and tok_s else ""
+        print(f"{name:<17} median {tok_s:7.1f} tok/s{ratio}")
+    if args.json:
+        print(json.dumps({"median_tok_s": summary, "runs": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
