@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from app import bench, demo_model_cli, swarm_cli
+from app import bench, demo_model_cli, serve, swarm_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench.register(sub)
+    serve.register(sub)
     swarm_cli.register(sub)
     demo_model_cli.register(sub)
     return parser

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from app.engines import build_engine
@@ -42,8 +43,10 @@ class InflightAgents:
 
 
 class SwarmService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, engine_factory: Callable[[Settings], Engine] | None = None) -> None:
         self.settings = settings
+        # Builds the engine instead of the settings' engine/model (tests, custom profiles).
+        self.engine_factory = engine_factory
         self.metrics = MetricsAggregator()
         self.inflight = InflightAgents()
         self._lock = threading.Lock()
@@ -74,7 +77,7 @@ class SwarmService:
                 return
             s = self.settings
             try:
-                engine = build_engine(
+                engine = self.engine_factory(s) if self.engine_factory is not None else build_engine(
                     s.engine, realtime=True, max_lanes=s.max_batch, profile=s.profile, model=s.model,
                     n_ctx=s.n_ctx, n_batch=s.n_batch, n_gpu_layers=s.n_gpu_layers, flash_attn=s.flash_attn,
                     kv_type=s.kv_type, threads=s.threads,

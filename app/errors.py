@@ -1,0 +1,160 @@
+"""OpenAI-shaped errors: {"error": {"message", "type", "param", "code"}}, and the handlers that make them.
+
+A client's mistake is always a 4xx with a message saying what to fix; a 500 means a bug here.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+class APIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param, self.code)
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def overloaded(message: str) -> APIError:
+    return APIError(503, message, code="overloaded", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
+    """The first problem pydantic found, named by its field path."""
+    errors = exc.errors()
+    if not errors:
+        return bad_request("invalid request body")
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
+    # Union members add their type to the path ("str", "list[int]", "literal[...]"); keep field names only.
+    loc = [part for part in loc if not _is_type_tag(part)]
+    param = ".".join(loc) or None
+    message = first.get("msg", "invalid value")
+    if first.get("type") == "missing":
+        message = "field required"
+    elif first.get("type") == "json_invalid":
+        return bad_request("the request body is not valid JSON", code="invalid_json")
+    return bad_request(f"{param}: {message}" if param else message, param=param)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def _is_type_tag(part: str) -> bool:
+    return "[" in part or part in _TYPE_TAGS or part[:1].isupper()
+
+
+def check_api_key(expected: str | None, authorization: str | None) -> None:
+    if expected is None:
+        return
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON: refused by Content-Length before reading, and capped while streaming in."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise bad_request("Content-Length is not a number") from None
+        if size > limit:
+            raise too_large(limit)
+    chunks: list[bytes] = []
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise bad_request("the client hung up while sending the body") from None
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+
+
+def json_error(status: int, message: str, param: str | None = None, code: str | None = None,
+               headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        error = validation_error(exc)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(ValidationError)
+    async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
+        error = validation_error(exc)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return json_error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return json_error(500, f"internal server error: {type(exc).__name__}: {exc}")

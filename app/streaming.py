@@ -1,0 +1,286 @@
+"""From the engine thread to the client: per-request output queues and the SSE streams built on them.
+
+A request's listener runs on the engine thread after every step; it appends the output to the
+request's queue and, if the event loop is not already due to look, wakes it once with
+`call_soon_threadsafe`. So a step that feeds 64 requests costs at most 64 cheap wake-ups, and a
+consumer that falls behind takes several outputs in one go.
+
+A client that hangs up has its request aborted: the engine frees its lane and KV at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.tool_calls import ParsedToolCall, ToolCallStreamParser
+from runtime.engine_thread import EngineThread
+from runtime.request import Request, RequestOutput
+
+DISCONNECT_POLL_S = 0.5
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+
+
+class ClientGone(Exception):
+    """The client hung up before its request finished."""
+
+
+class RequestObserver(Protocol):
+    """Per-request timings, called on the engine thread (see app.prom.ServerMetrics)."""
+
+    def first_token(self, seconds: float) -> None: ...
+
+    def token_gap(self, seconds: float) -> None: ...
+
+    def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None, seconds: float) -> None: ...
+
+
+class RequestHandle:
+    """One submitted request: its outputs arrive on the engine thread and are read on the event loop."""
+
+    def __init__(
+        self,
+        request: Request,
+        engine_thread: EngineThread,
+        loop: asyncio.AbstractEventLoop,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.request = request
+        self.engine_thread = engine_thread
+        self.prompt_tokens = request.num_prompt_tokens
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.finished = False
+        self._loop = loop
+        self._observer = observer
+        self._lock = threading.Lock()
+        self._items: list[RequestOutput] = []
+        self._signalled = False
+        self._event = asyncio.Event()
+        self._started = time.perf_counter()
+        self._last_token: float | None = None
+        request.listener = self._on_output
+
+    @property
+    def request_id(self) -> int:
+        return self.request.request_id
+
+    def submit(self) -> None:
+        """Queues the request; raises RequestRejected or EngineUnavailable."""
+        self._started = time.perf_counter()
+        self.engine_thread.submit(self.request)
+
+    def abort(self) -> None:
+        """Ends the request if it still runs; the engine frees its lane and KV at the next step."""
+        if not self.finished:
+            self.engine_thread.abort(self.request_id)
+
+    # -- engine thread ---------------------------------------------------------------------------
+
+    def _on_output(self, output: RequestOutput) -> None:
+        now = time.perf_counter()
+        n = len(output.token_ids)
+        observer = self._observer
+        if n and observer is not None:
+            if self._last_token is None:
+                observer.first_token(now - self._started)
+            else:
+                observer.token_gap(now - self._last_token)
+        if n:
+            self._last_token = now
+        with self._lock:
+            self.completion_tokens += n
+            if output.finished and observer is not None:
+                observer.finished(self.prompt_tokens, self.completion_tokens, output.finish_reason, now - self._started)
+            self._items.append(output)
+            if self._signalled:
+                return
+            self._signalled = True
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:  # the loop has closed: nobody is listening any more
+            pass
+
+    # -- event loop ------------------------------------------------------------------------------
+
+    def _take(self) -> list[RequestOutput]:
+        with self._lock:
+            items, self._items = self._items, []
+            self._signalled = False
+        if not items:
+            # Safe: a push after the lock was released schedules event.set, which runs after this.
+            self._event.clear()
+        for output in items:
+            if output.finished:
+                self.finished = True
+                self.finish_reason = output.finish_reason
+                self.error = output.error
+        return items
+
+    async def batches(
+        self, is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncIterator[list[RequestOutput]]:
+        """Outputs in arrival order, several at a time when the reader lags; ends after the last.
+
+        Raises ClientGone when is_disconnected says so (asked every DISCONNECT_POLL_S).
+        """
+        loop = asyncio.get_running_loop()
+        next_check = loop.time() + DISCONNECT_POLL_S
+        while True:
+            if is_disconnected is not None and loop.time() >= next_check:
+                if await is_disconnected():
+                    raise ClientGone
+                next_check = loop.time() + DISCONNECT_POLL_S
+            items = self._take()
+            if items:
+                yield items
+                if self.finished:
+                    return
+                continue
+            if is_disconnected is None:
+                await self._event.wait()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(next_check - loop.time(), 0.0)):
+                    await self._event.wait()
+
+    async def collect(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> str:
+        """Waits for the whole output and returns its text."""
+        parts: list[str] = []
+        async for batch in self.batches(is_disconnected):
+            parts.extend(output.text for output in batch)
+        return "".join(parts)
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE response that runs `on_close` however it ends: done, failed, or cancelled by a hang-up."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def usage(handle: RequestHandle) -> dict[str, int]:
+    return {
+        "prompt_tokens": handle.prompt_tokens,
+        "completion_tokens": handle.completion_tokens,
+        "total_tokens": handle.prompt_tokens + handle.completion_tokens,
+    }
+
+
+def stream_error(message: str, status_type: str = "server_error", code: str | None = "engine_error") -> bytes:
+    return sse({"error": {"message": message, "type": status_type, "param": None, "code": code}})
+
+
+class ChunkMaker:
+    """The fixed part of every chunk of one response."""
+
+    def __init__(self, response_id: str, model: str, obj: str, include_usage: bool) -> None:
+        self.base = {"id": response_id, "object": obj, "created": int(time.time()), "model": model}
+        self.include_usage = include_usage
+
+    def chunk(self, choice: dict[str, Any]) -> bytes:
+        payload = {**self.base, "choices": [choice]}
+        if self.include_usage:
+            payload["usage"] = None
+        return sse(payload)
+
+    def usage_chunk(self, handle: RequestHandle) -> bytes:
+        return sse({**self.base, "choices": [], "usage": usage(handle)})
+
+
+def _tool_call_deltas(calls: list[ParsedToolCall], first_index: int) -> list[dict[str, Any]]:
+    return [
+        {"index": first_index + i, "id": c.id, "type": "function",
+         "function": {"name": c.name, "arguments": c.arguments}}
+        for i, c in enumerate(calls)
+    ]
+
+
+async def chat_stream(
+    handle: RequestHandle,
+    chunks: ChunkMaker,
+    is_disconnected: Callable[[], Awaitable[bool]],
+    tool_parser: ToolCallStreamParser | None = None,
+) -> AsyncIterator[bytes]:
+    def delta(d: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return chunks.chunk({"index": 0, "delta": d, "logprobs": None, "finish_reason": finish_reason})
+
+    yield delta({"role": "assistant", "content": ""})
+    num_calls = 0
+    try:
+        async for batch in handle.batches(is_disconnected):
+            text = "".join(output.text for output in batch)
+            calls: list[ParsedToolCall] = []
+            if tool_parser is not None:
+                text, calls = tool_parser.feed(text)
+                if handle.finished:
+                    rest, more = tool_parser.finish()
+                    text, calls = text + rest, calls + more
+            if text:
+                yield delta({"content": text})
+            if calls:
+                yield delta({"tool_calls": _tool_call_deltas(calls, num_calls)})
+                num_calls += len(calls)
+    except ClientGone:
+        return
+    if handle.finish_reason == "error":
+        yield stream_error(handle.error or "the engine failed")
+        yield DONE
+        return
+    reason = handle.finish_reason
+    if num_calls and reason == "stop":
+        reason = "tool_calls"
+    yield delta({}, reason)
+    if chunks.include_usage:
+        yield chunks.usage_chunk(handle)
+    yield DONE
+
+
+async def completion_stream(
+    handle: RequestHandle,
+    chunks: ChunkMaker,
+    is_disconnected: Callable[[], Awaitable[bool]],
+    echo: str = "",
+) -> AsyncIterator[bytes]:
+    def choice(text: str, finish_reason: str | None = None) -> bytes:
+        return chunks.chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason})
+
+    if echo:
+        yield choice(echo)
+    try:
+        async for batch in handle.batches(is_disconnected):
+            text = "".join(output.text for output in batch)
+            if text:
+                yield choice(text)
+    except ClientGone:
+        return
+    if handle.finish_reason == "error":
+        yield stream_error(handle.error or "the engine failed")
+        yield DONE
+        return
+    yield choice("", handle.finish_reason)
+    if chunks.include_usage:
+        yield chunks.usage_chunk(handle)
+    yield DONE
