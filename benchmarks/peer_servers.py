@@ -52,7 +52,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before it was healthy")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            # llama_cpp.server has no /health; every server here lists its model once loaded.
+            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
