@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from app import bench, demo_model_cli, serve, swarm_cli
+from app import bench, chaos_cli, demo_model_cli, serve, swarm_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(sub)
     serve.register(sub)
     swarm_cli.register(sub)
+    chaos_cli.register(sub)
     demo_model_cli.register(sub)
     return parser
 
