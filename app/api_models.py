@@ -260,10 +260,11 @@ class SchedulerUpdate(BaseModel):
     prefill_chunk: int | None = Field(None, ge=1, le=65536)
     kv_budget: int | None = Field(None, ge=1)
     admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)
+    prefix_cache: bool | None = None
 
     def changes(self) -> dict[str, Any]:
         changes = self.model_dump(exclude_unset=True)
-        for key in ("policy", "max_batch", "prefill_chunk", "admission_wait_s"):
+        for key in ("policy", "max_batch", "prefill_chunk", "admission_wait_s", "prefix_cache"):
             if key in changes and changes[key] is None:
                 raise ValueError(f"{key} must not be null")
         return changes
@@ -272,10 +273,15 @@ class SchedulerUpdate(BaseModel):
 # -- responses -----------------------------------------------------------------------------------
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ResponseFunction(BaseModel):

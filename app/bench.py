@@ -37,7 +37,14 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                        help="output lengths the agents cycle through, offset by agent (default: the article's)")
     group.add_argument("--spread", type=float, default=1.0,
                        help="scale of the lengths' distance from their mean: 0 = all equal, 1 = as given")
-    group.add_argument("--prompt-tokens", type=int, default=32, help="prompt length of every request")
+    group.add_argument("--prompt-tokens", type=int, default=32,
+                       help="prompt length of every request (with --turns: each agent's task, after the system prompt)")
+    group.add_argument("--system-tokens", type=int, default=0,
+                       help="a system prompt of this many tokens, shared by every agent, starts every prompt")
+    group.add_argument("--turns", type=int, default=None,
+                       help="multi-turn agents: each of T turns resends the whole conversation (system prompt, task, "
+                            "every earlier reply and tool result); sets the requests per agent")
+    group.add_argument("--tool-tokens", type=int, default=64, help="tool result appended after each reply (--turns)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--requests-per-agent", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=None, help="lanes (default: as many as agents, up to 256)")
     p.add_argument("--prefill-chunk", type=int, default=512, help="prompt tokens per step beside the decodes")
+    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="recompute every prompt: keep no finished KV and share no prefix")
     p.add_argument("--realtime", action="store_true", help="run the modeled engine in real time, not virtual")
     p.add_argument("--fit", action="store_true",
                    help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")
@@ -69,9 +78,12 @@ def run_bench(args: argparse.Namespace) -> int:
     workload = SwarmWorkload(
         agents=args.agents,
         lengths=tuple(args.lengths),
-        requests_per_agent=args.requests_per_agent,
+        requests_per_agent=args.turns or args.requests_per_agent,
         prompt_tokens=args.prompt_tokens,
         spread=args.spread,
+        system_tokens=args.system_tokens,
+        conversation=args.turns is not None,
+        tool_tokens=args.tool_tokens,
     )
     policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
@@ -83,7 +95,8 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.fit:
             fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual)
         for policy in policies:
-            config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk)
+            config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
+                                     prefix_cache=args.prefix_cache)
             results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock()))
     finally:
         engine.close()
@@ -146,6 +159,9 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
         "lengths": workload.effective_lengths,
         "requests_per_agent": workload.requests_per_agent,
         "prompt_tokens": workload.prompt_tokens,
+        "system_tokens": workload.system_tokens,
+        "turns": workload.requests_per_agent if workload.conversation else None,
+        "tool_tokens": workload.tool_tokens if workload.conversation else None,
         "max_batch": max_batch,
     }
 
@@ -154,6 +170,10 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
     print(f"engine: {engine.name}")
     print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths {workload.effective_lengths}, "
           f"prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
+    if workload.conversation or workload.system_tokens:
+        print(f"shared system prompt {workload.system_tokens} tokens"
+              + (f"; {workload.requests_per_agent} turns, each resending the whole conversation "
+                 f"(+ reply + {workload.tool_tokens}-token tool result per turn)" if workload.conversation else ""))
     if isinstance(engine, ModeledEngine):
         p = engine.profile
         print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={max_batch}: "
@@ -171,6 +191,16 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
         if r.policy in predictions:
             line += f"{predictions[r.policy]:>10.1f}{r.tok_s / predictions[r.policy]:>8.2f}"
         print(line)
+    print(f"{'policy':<12}{'prefix':>8}{'prompt tok':>12}{'computed':>10}{'reused':>10}{'hit rate':>10}"
+          f"{'TTFT p50':>10}{'TTFT p95':>10}{'cached peak':>13}")
+    for r in results:
+        print(f"{r.policy:<12}{'on' if r.prefix_cache else 'off':>8}{r.prompt_tokens:>12}{r.prefill_tokens:>10}"
+              f"{r.prefix_hits:>10}{r.prefix_hit_rate:>10.1%}{_ms(r.ttft_p50):>10}{_ms(r.ttft_p95):>10}"
+              f"{r.kv_cached_peak:>13}")
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
 class _InstantEngine:
@@ -181,6 +211,7 @@ class _InstantEngine:
     max_context = 1 << 20
     max_step_tokens = 1 << 20
     max_lanes = 256
+    max_cached_sequences = 0
 
     def step(self, plan: StepPlan) -> StepResult:
         return StepResult({r.request.request_id: Sample(1, "x") for r in plan.rows if r.sample}, 0.0)

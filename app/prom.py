@@ -128,6 +128,10 @@ class SwarmCollector(Collector):
                     snap.kv_used / snap.kv_capacity if snap.kv_capacity else 0.0)
         yield gauge("kv_cache_used_tokens", "KV tokens held at the last step", snap.kv_used)
         yield gauge("kv_cache_capacity_tokens", "KV tokens the scheduler may use", snap.kv_capacity)
+        yield gauge("kv_cache_cached_tokens", "Idle KV kept for prefix reuse (not counted as used)", snap.kv_cached)
+        yield gauge("kv_cache_cached_sequences", "Finished sequences kept for prefix reuse", snap.cached_sequences)
+        yield counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache", snap.prefix_cache_queries)
+        yield counter("prefix_cache_hits", "Prompt tokens served from the prefix cache", snap.prefix_cache_hits)
         yield counter("prompt_tokens", "Prompt tokens of finished HTTP requests", server.prompt_tokens)
         yield counter("generation_tokens", "Tokens generated for HTTP requests", server.generation_tokens)
         success = CounterMetricFamily(PREFIX + "request_success", "Finished HTTP requests by finish reason",

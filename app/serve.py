@@ -34,6 +34,8 @@ _FLAGS: list[tuple[str, str, dict]] = [
     ("--prefill-chunk", "prefill_chunk", {"type": int, "help": "prompt tokens one step carries"}),
     ("--kv-budget", "kv_budget", {"type": int, "help": "KV tokens the scheduler may use"}),
     ("--admission-wait", "admission_wait_s", {"type": float, "help": "seconds a static batch waits to fill"}),
+    ("--no-prefix-cache", "prefix_cache", {"action": "store_false",
+                                           "help": "recompute every prompt (no KV reuse across requests)"}),
     ("--n-ctx", "n_ctx", {"type": int, "help": "llama.cpp context, shared by all lanes"}),
     ("--n-batch", "n_batch", {"type": int, "help": "most tokens in one llama.cpp step"}),
     ("--n-gpu-layers", "n_gpu_layers", {"type": int, "help": "layers offloaded to the GPU (-1 = all)"}),

@@ -47,6 +47,7 @@ from app.streaming import (
     RequestHandle,
     chat_stream,
     completion_stream,
+    usage,
 )
 from app.tool_calls import ToolCallFormat, ToolCallStreamParser, detect_format, parse_tool_calls
 from runtime.config import POLICY_NAMES
@@ -204,6 +205,7 @@ class OpenAIServer:
             "prefill_chunk": config.prefill_chunk,
             "kv_budget": config.kv_budget,
             "admission_wait_s": config.admission_wait_s,
+            "prefix_cache": config.prefix_cache,
             "policies": list(POLICY_NAMES),
             "lanes": [
                 {"index": lane.index, "state": lane.state, "agent": lane.agent, "request_id": lane.request_id,
@@ -229,8 +231,7 @@ def engine_failure(handle: RequestHandle) -> APIError:
 
 
 def _usage(handle: RequestHandle) -> Usage:
-    return Usage(prompt_tokens=handle.prompt_tokens, completion_tokens=handle.completion_tokens,
-                 total_tokens=handle.prompt_tokens + handle.completion_tokens)
+    return Usage(**usage(handle))
 
 
 def create_app(service: SwarmService) -> FastAPI:

@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes")
     kv_budget: int | None = Field(None, ge=1, description="KV tokens the scheduler may use; none means all")
     admission_wait_s: float = Field(0.05, ge=0, le=60, description="How long a static batch waits to fill up")
+    prefix_cache: bool = Field(True, description="Keep finished sequences' KV to reuse shared prompt prefixes")
 
     n_ctx: int = Field(8192, ge=256, le=1 << 20, description="llama.cpp context size, shared by all lanes")
     n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
@@ -84,6 +85,7 @@ class Settings(BaseSettings):
             prefill_chunk=self.prefill_chunk,
             kv_budget=self.kv_budget,
             admission_wait_s=self.admission_wait_s,
+            prefix_cache=self.prefix_cache,
         )
 
     @property

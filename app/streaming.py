@@ -186,6 +186,7 @@ def usage(handle: RequestHandle) -> dict[str, int]:
         "prompt_tokens": handle.prompt_tokens,
         "completion_tokens": handle.completion_tokens,
         "total_tokens": handle.prompt_tokens + handle.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": handle.request.num_cached_tokens},
     }
 
 

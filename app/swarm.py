@@ -1,7 +1,9 @@
 """The agent-swarm load generator: closed-loop agents on any OpenAI-compatible endpoint over HTTP.
 
 Each agent sends its next chat request the moment its last one returns; output lengths cycle
-through a list, offset by agent, exactly as the in-process bench does. It works against this
+through a list, offset by agent, exactly as the in-process bench does. With `turns`, each agent is a
+multi-turn conversation: a system prompt shared by all agents, its task, then after every turn the
+assistant's reply and a tool result appended to its own messages, the whole list resent each turn. It works against this
 server, llama.cpp's llama-server, vLLM or anything else that streams OpenAI chat completions.
 """
 
@@ -16,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import httpx
 
 from runtime.metrics import percentile
-from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name, prompt_text
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name, prompt_text, system_text, tool_text
 
 LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
     "article": ARTICLE_LENGTHS,
@@ -41,8 +43,20 @@ class SwarmConfig:
     ignore_eos: bool = True
     eos_token_ids: tuple[int, ...] = ()
     timeout_s: float = 600.0
+    # A system message of about this many tokens, the same for every agent (0: none).
+    system_tokens: int = 0
+    # Multi-turn conversations of this many turns per agent (sets requests_per_agent).
+    turns: int | None = None
+    # Tool result appended (as a user message) after each reply in a conversation.
+    tool_tokens: int = 64
 
     def __post_init__(self) -> None:
+        if self.turns is not None:
+            if self.turns < 1:
+                raise ValueError(f"turns must be at least 1, got {self.turns}")
+            self.requests_per_agent = self.turns
+        if self.system_tokens < 0 or self.tool_tokens < 0:
+            raise ValueError("system_tokens and tool_tokens must not be negative")
         if not 1 <= self.agents <= 1024:
             raise ValueError(f"agents must be within 1..1024, got {self.agents}")
         if self.seconds is None and self.requests_per_agent is None:
@@ -61,6 +75,9 @@ class SwarmConfig:
             requests_per_agent=self.requests_per_agent or 1,
             prompt_tokens=self.prompt_tokens,
             spread=self.spread,
+            system_tokens=self.system_tokens,
+            conversation=self.turns is not None,
+            tool_tokens=self.tool_tokens,
         )
 
 
@@ -69,6 +86,9 @@ class AgentReport:
     requests: int = 0
     errors: int = 0
     tokens: int = 0
+    prompt_tokens: int = 0
+    # usage.prompt_tokens_details.cached_tokens, where the server reports it.
+    cached_tokens: int = 0
     ttft: list[float] = field(default_factory=list)
     latency: list[float] = field(default_factory=list)
 
@@ -87,6 +107,8 @@ class SwarmReport:
     latency_p95: float | None
     error_messages: list[str] = field(default_factory=list)
     per_agent: dict[str, dict] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,12 +121,31 @@ class _Swarm:
         self.reports: dict[str, AgentReport] = defaultdict(AgentReport)
         self.messages: list[str] = []
         self.deadline = None
+        self.conversations: dict[int, list[dict]] = {}
+
+    def _messages(self, agent: int, turn: int) -> list[dict]:
+        c = self.config
+        system = [{"role": "system", "content": system_text(c.system_tokens)}] if c.system_tokens else []
+        if c.turns is None:
+            return system + [{"role": "user", "content": prompt_text(agent, turn, c.prompt_tokens)}]
+        if agent not in self.conversations:
+            self.conversations[agent] = system + [{"role": "user", "content": prompt_text(agent, 0, c.prompt_tokens)}]
+        return list(self.conversations[agent])
+
+    def _replied(self, agent: int, turn: int, reply: str) -> None:
+        """A conversation turn ended: the reply and the tool result it led to join the agent's history."""
+        if self.config.turns is None:
+            return
+        self.conversations[agent] += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": tool_text(agent, turn, self.config.tool_tokens)},
+        ]
 
     def _body(self, agent: int, turn: int) -> dict:
         c = self.config
         body = {
             "model": c.model,
-            "messages": [{"role": "user", "content": prompt_text(agent, turn, c.prompt_tokens)}],
+            "messages": self._messages(agent, turn),
             "max_tokens": c.workload.max_tokens(agent, turn),
             "temperature": 0.0,
             "stream": True,
@@ -136,6 +177,7 @@ class _Swarm:
         first = None
         chunks = 0
         usage = None
+        reply: list[str] = []
         try:
             async with client.stream("POST", "/v1/chat/completions", json=self._body(agent, turn)) as resp:
                 if resp.status_code != 200:
@@ -154,8 +196,12 @@ class _Swarm:
                         usage = event["usage"]
                     for choice in event.get("choices") or ():
                         delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            reply.append(delta["content"])
                         if delta.get("content") or delta.get("tool_calls"):
+                            # Counted as they arrive, so a request cut off at the deadline still counts.
                             chunks += 1
+                            report.tokens += 1
                             if first is None:
                                 first = time.monotonic()
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
@@ -163,7 +209,14 @@ class _Swarm:
             await asyncio.sleep(ERROR_BACKOFF_S)
             return
         report.requests += 1
-        report.tokens += usage["completion_tokens"] if usage else chunks
+        self._replied(agent, turn, "".join(reply))
+        if usage:
+            report.prompt_tokens += usage.get("prompt_tokens") or 0
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            report.cached_tokens += cached or 0
+        if usage:
+            # A chunk may carry several tokens (held-back stop text); usage is exact.
+            report.tokens += usage["completion_tokens"] - chunks
         report.latency.append(time.monotonic() - started)
         if first is not None:
             report.ttft.append(first - started)
@@ -213,8 +266,11 @@ def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
         latency_p50=percentile(latency, 50),
         latency_p95=percentile(latency, 95),
         error_messages=swarm.messages,
+        prompt_tokens=sum(r.prompt_tokens for r in reports.values()),
+        cached_tokens=sum(r.cached_tokens for r in reports.values()),
         per_agent={
             name: {"requests": r.requests, "errors": r.errors, "tokens": r.tokens,
+                   "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,
                    "ttft_p50": percentile(r.ttft, 50), "latency_p50": percentile(r.latency, 50)}
             for name, r in sorted(reports.items())
         },

@@ -21,7 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output lengths the agents cycle through (default: the article's 40..900)")
     p.add_argument("--preset", choices=sorted(LENGTH_PRESETS), default="article")
     p.add_argument("--spread", type=float, default=1.0)
-    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--prompt-tokens", type=int, default=32, help="each request's prompt (with --turns: the task)")
+    p.add_argument("--system-tokens", type=int, default=0,
+                   help="a system message of about this many tokens, shared by every agent")
+    p.add_argument("--turns", type=int, default=None,
+                   help="multi-turn agents: T turns each, resending the growing messages list "
+                        "(reply + tool result appended per turn); sets --requests-per-agent")
+    p.add_argument("--tool-tokens", type=int, default=64, help="tool result appended after each reply (--turns)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--model", default="swarm-panel")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
@@ -33,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seconds is None and args.requests_per_agent is None:
+    if args.seconds is None and args.requests_per_agent is None and args.turns is None:
         args.seconds = 30.0
     config = SwarmConfig(
         url=args.url,
@@ -47,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         ignore_eos=args.ignore_eos,
         eos_token_ids=tuple(args.eos_token_id),
+        system_tokens=args.system_tokens,
+        turns=args.turns,
+        tool_tokens=args.tool_tokens,
     )
     report = asyncio.run(run_swarm(config))
     if args.json:
@@ -64,6 +73,9 @@ def print_report(report: SwarmReport, config: SwarmConfig) -> None:
     print(f"{report.agents} agents against {config.url} for {report.seconds:.1f} s")
     print(f"requests {report.requests}, errors {report.errors}, tokens {report.tokens}, "
           f"aggregate {report.tok_s:.1f} tok/s")
+    if report.prompt_tokens:
+        cached = f", {report.cached_tokens} served from cache" if report.cached_tokens else ""
+        print(f"prompt tokens {report.prompt_tokens}{cached} (as the server's usage reports them)")
     print(f"TTFT p50 {_ms(report.ttft_p50)}, p95 {_ms(report.ttft_p95)}; "
           f"latency p50 {_ms(report.latency_p50)}, p95 {_ms(report.latency_p95)}")
     for message in report.error_messages[:5]:

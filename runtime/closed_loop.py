@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from runtime.clock import RealClock, VirtualClock
+from runtime.metrics import percentile
 from runtime.config import SchedulerConfig
 from runtime.engine import Engine
 from runtime.engine_loop import EngineLoop
 from runtime.request import Request, RequestOutput, SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
-from runtime.workload import SwarmWorkload, agent_name, prompt_text
+from runtime.workload import SwarmWorkload, agent_name, prompt_text, system_text, tool_text
 
 PromptMaker = Callable[[int, int], list[int]]
 
@@ -30,21 +31,63 @@ class RunResult:
     prefill_tokens: int
     requests: int
     errors: int
+    # Prompt tokens submitted (prefill_tokens is what was computed of them, recomputation included).
+    prompt_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    prefix_cache: bool = False
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    ttft_mean: float | None = None
+    kv_cached_peak: int = 0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def exact_tokens(engine: Engine, text: str, length: int, add_special: bool = True) -> list[int]:
+    """The text's tokens, repeated or cut to exactly `length`."""
+    ids = engine.tokenize(text, add_special=add_special)
+    if not ids:
+        ids = engine.tokenize(".", add_special=False)
+    while len(ids) < length:
+        ids += ids
+    return ids[:length]
 
 
 def text_prompt(engine: Engine, length: int) -> PromptMaker:
     """Exactly `length` tokens of the engine's own vocabulary, different per agent and turn."""
 
     def make(agent: int, turn: int) -> list[int]:
-        ids = engine.tokenize(prompt_text(agent, turn, length))
-        while len(ids) < length:
-            ids += ids
-        return ids[:length]
+        return exact_tokens(engine, prompt_text(agent, turn, length), length)
 
     return make
+
+
+class Conversations:
+    """Each agent's token history: system prompt, task, then reply and tool result for every turn."""
+
+    def __init__(self, engine: Engine, workload: SwarmWorkload) -> None:
+        self.engine = engine
+        self.workload = workload
+        self.system = exact_tokens(engine, system_text(workload.system_tokens), workload.system_tokens)
+        self.history: dict[int, list[int]] = {}
+
+    def prompt(self, agent: int, turn: int) -> list[int]:
+        w = self.workload
+        if agent not in self.history:
+            task = prompt_text(agent, 0, w.prompt_tokens)
+            self.history[agent] = exact_tokens(self.engine, task, w.prompt_tokens, add_special=not self.system)
+        return self.system + self.history[agent]
+
+    def reply(self, agent: int, turn: int, output_token_ids: list[int]) -> None:
+        tool = exact_tokens(self.engine, tool_text(agent, turn, self.workload.tool_tokens),
+                            self.workload.tool_tokens, add_special=False)
+        self.history[agent] += output_token_ids + tool
 
 
 def run_closed_loop(
@@ -55,14 +98,16 @@ def run_closed_loop(
     make_prompt: PromptMaker | None = None,
     on_stats: Callable[[StepStats], None] | None = None,
 ) -> RunResult:
-    make_prompt = make_prompt or text_prompt(engine, workload.prompt_tokens)
-    scheduler = Scheduler(
-        config,
-        kv_capacity=engine.kv_capacity,
-        max_context=engine.max_context,
-        max_step_tokens=engine.max_step_tokens,
-        max_lanes=engine.max_lanes,
-    )
+    conversations = Conversations(engine, workload) if workload.conversation else None
+    if conversations is not None:
+        make_prompt = conversations.prompt
+    else:
+        make_prompt = make_prompt or text_prompt(engine, workload.prompt_tokens)
+        if workload.system_tokens:
+            system = exact_tokens(engine, system_text(workload.system_tokens), workload.system_tokens)
+            per_agent = make_prompt
+            make_prompt = lambda agent, turn: system + per_agent(agent, turn)  # noqa: E731
+    scheduler = Scheduler.for_engine(config, engine)
     steps: list[StepStats] = []
 
     def record(stats: StepStats) -> None:
@@ -71,11 +116,13 @@ def run_closed_loop(
             on_stats(stats)
 
     loop = EngineLoop(scheduler, engine, clock, on_stats=record)
-    outcome = {"requests": 0, "errors": 0}
+    outcome = {"requests": 0, "errors": 0, "prompt_tokens": 0}
 
     def submit(agent: int, turn: int) -> None:
+        prompt = make_prompt(agent, turn)
+        outcome["prompt_tokens"] += len(prompt)
         request = Request(
-            make_prompt(agent, turn),
+            prompt,
             SamplingParams(max_tokens=workload.max_tokens(agent, turn), temperature=0.0, ignore_eos=True),
             agent=agent_name(agent),
         )
@@ -85,6 +132,8 @@ def run_closed_loop(
                 return
             outcome["requests"] += 1
             outcome["errors"] += output.error is not None
+            if conversations is not None:
+                conversations.reply(agent, turn, request.output_token_ids)
             if turn + 1 < workload.requests_per_agent:
                 submit(agent, turn + 1)
 
@@ -104,6 +153,7 @@ def run_closed_loop(
     useful = sum(s.useful_tokens for s in steps)
     held = sum(s.width_held for s in steps)
     lane_slots = sum(s.max_batch for s in steps)
+    ttft = [seconds for s in steps for _, seconds in s.ttft]
     return RunResult(
         policy=config.policy,
         useful_tokens=useful,
@@ -116,4 +166,12 @@ def run_closed_loop(
         prefill_tokens=sum(s.prefill_tokens for s in steps),
         requests=outcome["requests"],
         errors=outcome["errors"],
+        prompt_tokens=outcome["prompt_tokens"],
+        prefix_queries=sum(s.prefix_queries for s in steps),
+        prefix_hits=sum(s.prefix_hits for s in steps),
+        prefix_cache=scheduler.reuse_enabled,
+        ttft_p50=percentile(ttft, 50),
+        ttft_p95=percentile(ttft, 95),
+        ttft_mean=sum(ttft) / len(ttft) if ttft else None,
+        kv_cached_peak=max((s.kv_cached for s in steps), default=0),
     )

@@ -18,6 +18,9 @@ class SchedulerConfig:
     kv_budget: int | None = None
     # A static batch starts with fewer than max_batch requests once the oldest has waited this long.
     admission_wait_s: float = 0.05
+    # Finished sequences' KV stays resident and new prompts reuse their longest cached prefix;
+    # turning it off drops the cache at the next step boundary.
+    prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_NAMES:

@@ -29,11 +29,34 @@ class Row:
     sample: bool
 
 
+class PrefixOpKind(enum.IntEnum):
+    # A finished request's sequence stays resident as a cached prefix, trimmed to num_tokens.
+    CACHE = 0
+    # `dest` takes over the cached sequence of `source` in place, keeping its first num_tokens.
+    ADOPT = 1
+    # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
+    COPY = 2
+
+
+@dataclass(slots=True)
+class PrefixOp:
+    """One move of KV between sequences, named by the requests that own them (handles)."""
+
+    kind: PrefixOpKind
+    # The request whose sequence holds the KV: a finished request for a cached prefix, else a live one.
+    source: Request
+    # The request that receives it (None for CACHE); its first row starts at num_tokens.
+    dest: Request | None
+    num_tokens: int
+
+
 @dataclass(slots=True)
 class StepPlan:
     rows: list[Row] = field(default_factory=list)
-    # Sequences whose KV the engine drops before computing this step.
+    # Sequences whose KV the engine drops before computing this step (live or cached).
     release: list[Request] = field(default_factory=list)
+    # Applied in order after the releases and before the batch; a source is never released in the same plan.
+    prefix_ops: list[PrefixOp] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -77,6 +100,9 @@ class Engine(Protocol):
     max_step_tokens: int
     # Most sequences a step may hold (llama.cpp's n_seq_max).
     max_lanes: int
+    # Most finished sequences the engine keeps resident beside the live ones for prefix reuse
+    # (0: the engine takes no prefix_ops; read with getattr, default 0, for older engines).
+    max_cached_sequences: int
 
     def step(self, plan: StepPlan) -> StepResult: ...
 

@@ -31,7 +31,7 @@ class EngineLoop:
         """Runs one step; None when there was nothing to compute."""
         start = self.clock.now()
         plan = self.scheduler.schedule(start)
-        if not plan.rows and not plan.release:
+        if not plan.rows and not plan.release and not plan.prefix_ops:
             return None
         result = self._run(plan)
         if result is None:
@@ -39,6 +39,7 @@ class EngineLoop:
             return None
         self.clock.advance(result.duration_s)
         result.duration_s = self.clock.now() - start
+        # A plan without rows only releases or caches sequences: nothing to fold back or plot.
         stats = self.scheduler.update(plan, result, self.clock.now()) if plan.rows else None
         self.deliver()
         if stats is not None and self.on_stats is not None:

@@ -51,14 +51,9 @@ class EngineThread:
         self.engine = engine
         self.metrics = metrics or MetricsAggregator()
         self.clock = RealClock()
-        self.scheduler = Scheduler(
-            config,
-            kv_capacity=engine.kv_capacity,
-            max_context=engine.max_context,
-            max_step_tokens=engine.max_step_tokens,
-            max_lanes=engine.max_lanes,
-        )
+        self.scheduler = Scheduler.for_engine(config, engine)
         self._on_stats = on_stats
+        self.metrics.clock = self.clock.now
         self.loop = EngineLoop(self.scheduler, engine, self.clock, on_stats=self._observe)
         self._requested_config = config
         self._inbox: list[tuple[str, object]] = []
@@ -168,6 +163,8 @@ class EngineThread:
                 stats = None
             self._publish_lanes()
             if stats is None and not self.scheduler.num_running:
+                s = self.scheduler
+                self.metrics.note_idle(s.kv_used, s.kv_cached, s.kv_budget, len(s.waiting))
                 self._wake.wait(self._idle_timeout())
         self._drain_inbox()
         self._fail_everything("the server is shutting down")

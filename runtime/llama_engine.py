@@ -1,4 +1,10 @@
-"""The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch."""
+"""The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch.
+
+Sequence ids: live requests use ids 0..max_lanes-1; finished sequences kept for prefix reuse use
+ids max_lanes..max_lanes+cache_slots-1. With unified KV, moving KV between ids (llama_memory_seq_cp
+then seq_rm) only relabels cells, so caching, adopting and copying a prefix cost a scan of the cell
+metadata, never a recomputation.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,17 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from runtime.demo_model import CHAT_TEMPLATE
 from runtime.detokenizer import StopStringDetokenizer
-from runtime.engine import EngineError, KVCacheFull, Row, RowKind, Sample, StepPlan, StepResult
+from runtime.engine import (
+    EngineError,
+    KVCacheFull,
+    PrefixOp,
+    PrefixOpKind,
+    Row,
+    RowKind,
+    Sample,
+    StepPlan,
+    StepResult,
+)
 from runtime.llama_log import ensure_backend, take_recent_problems
 from runtime.llama_model_info import chat_template, model_facts
 from runtime.llama_sampling import build_sampler_chain, free_sampler_chain
@@ -58,13 +74,23 @@ class LlamaEngine:
         flash_attn: str | bool = "auto",
         kv_type: str = "f16",
         n_threads: int | None = None,
+        cache_slots: int | None = None,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
         self._lanes: dict[int, _Lane] = {}
+        # request_id of a finished request -> the cache sequence id holding its prefix.
+        self._cached: dict[int, int] = {}
         self.path = Path(model_path)
-        if not 1 <= max_lanes <= llama_cpp.llama_max_parallel_sequences():
-            raise ValueError(f"max_lanes must be within 1..{llama_cpp.llama_max_parallel_sequences()}, got {max_lanes}")
+        max_seqs = llama_cpp.llama_max_parallel_sequences()
+        if not 1 <= max_lanes <= max_seqs:
+            raise ValueError(f"max_lanes must be within 1..{max_seqs}, got {max_lanes}")
+        if cache_slots is None:
+            # As many cached sequences as lanes, within llama.cpp's limit on sequence ids.
+            cache_slots = min(max_lanes, max_seqs - max_lanes)
+        if not 0 <= cache_slots <= max_seqs - max_lanes:
+            raise ValueError(f"cache_slots must be within 0..{max_seqs - max_lanes} beside {max_lanes} lanes, "
+                             f"got {cache_slots}")
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
         if flash_attn not in FLASH_ATTN:
@@ -74,9 +100,10 @@ class LlamaEngine:
         self.n_threads = n_threads or _default_threads()
         self.kv_type, self.flash_attn, self.n_gpu_layers = kv_type, flash_attn, n_gpu_layers
         self.max_lanes = max_lanes
+        self.max_cached_sequences = cache_slots
         self._model = self._load_model(n_gpu_layers)
         try:
-            self._ctx = self._new_context(max_lanes, n_ctx, n_batch)
+            self._ctx = self._new_context(max_lanes + cache_slots, n_ctx, n_batch)
             self._mem = llama_cpp.llama_get_memory(self._ctx)
             self.vocab = LlamaVocab(self._model)
             # Unified KV: every sequence may use the whole context, and all of them share it.
@@ -84,6 +111,7 @@ class LlamaEngine:
             # llama.cpp clamps n_batch to n_ctx.
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
+            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots))
             self._batch = llama_cpp.llama_batch_init(self.max_step_tokens, 0, 1)
             self._batch_arrays = self._view_batch(self._batch, self.max_step_tokens)
             self._chat_template = chat_template(self._model)
@@ -109,11 +137,11 @@ class LlamaEngine:
             raise ModelLoadError(f"cannot load model {self.path}: {reason}")
         return model
 
-    def _new_context(self, max_lanes: int, n_ctx: int, n_batch: int) -> llama_cpp.llama_context_p:
+    def _new_context(self, n_seq_max: int, n_ctx: int, n_batch: int) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
-        params.n_seq_max = max_lanes
+        params.n_seq_max = n_seq_max
         params.kv_unified = True
         params.n_threads = params.n_threads_batch = self.n_threads
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
@@ -140,6 +168,7 @@ class LlamaEngine:
             n_ctx=self.max_context,
             n_batch=self.max_step_tokens,
             max_lanes=self.max_lanes,
+            cache_slots=self.max_cached_sequences,
             kv_type=self.kv_type,
             kv_unified=True,
             flash_attn=self.flash_attn,
@@ -159,10 +188,12 @@ class LlamaEngine:
         self._require_open()
         for request in plan.release:
             self._release(request)
+        errors: dict[int, str] = {}
+        for op in plan.prefix_ops:
+            self._apply_prefix_op(op, errors)
         if plan.num_tokens > self.max_step_tokens:
             raise EngineError(f"step carries {plan.num_tokens} tokens, more than n_batch={self.max_step_tokens}")
-        errors: dict[int, str] = {}
-        rows = self._admit(plan.rows, errors)
+        rows = self._admit([row for row in plan.rows if row.request.request_id not in errors], errors)
         to_sample = self._fill_batch(rows)
         samples: dict[int, Sample] = {}
         if self._batch.n_tokens:
@@ -175,6 +206,7 @@ class LlamaEngine:
         for lane in self._lanes.values():
             free_sampler_chain(lane.sampler)
         self._lanes.clear()
+        self._cached.clear()
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -189,6 +221,17 @@ class LlamaEngine:
         """Highest KV position each sequence id holds (-1: empty), for diagnostics and tests."""
         self._require_open()
         return [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) for seq_id in range(self.max_lanes)]
+
+    def cached_kv_positions(self) -> list[int]:
+        """Highest KV position each cache sequence id holds (-1: empty)."""
+        self._require_open()
+        first = self.max_lanes
+        return [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+                for seq_id in range(first, first + self.max_cached_sequences)]
+
+    @property
+    def num_cached_sequences(self) -> int:
+        return len(self._cached)
 
     def __enter__(self) -> LlamaEngine:
         return self
@@ -232,12 +275,56 @@ class LlamaEngine:
             raise EngineError("the engine is closed")
 
     def _release(self, request: Request) -> None:
+        cache_id = self._cached.pop(request.request_id, None)
+        if cache_id is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, cache_id, -1, -1)
+            heapq.heappush(self._free_cache_ids, cache_id)
         lane = self._lanes.pop(request.request_id, None)
         if lane is None:
             return
         llama_cpp.llama_memory_seq_rm(self._mem, lane.seq_id, -1, -1)
         free_sampler_chain(lane.sampler)
         heapq.heappush(self._free_seq_ids, lane.seq_id)
+
+    def _apply_prefix_op(self, op: PrefixOp, errors: dict[int, str]) -> None:
+        """Moves KV between sequences; a failure fails the destination request, never the step."""
+        mem, n = self._mem, op.num_tokens
+        if op.kind is PrefixOpKind.CACHE:
+            lane = self._lanes.pop(op.source.request_id, None)
+            if lane is None:
+                return
+            free_sampler_chain(lane.sampler)
+            if self._free_cache_ids and n > 0:
+                cache_id = heapq.heappop(self._free_cache_ids)
+                llama_cpp.llama_memory_seq_cp(mem, lane.seq_id, cache_id, 0, n)
+                self._cached[op.source.request_id] = cache_id
+            llama_cpp.llama_memory_seq_rm(mem, lane.seq_id, -1, -1)
+            heapq.heappush(self._free_seq_ids, lane.seq_id)
+            return
+        dest, source_id = op.dest, None
+        try:
+            if dest.request_id in self._lanes:
+                raise ValueError("the destination of a prefix op already has a sequence")
+            if op.kind is PrefixOpKind.ADOPT:
+                source_id = self._cached.pop(op.source.request_id, None)
+            else:
+                source_lane = self._lanes.get(op.source.request_id)
+                source_id = source_lane.seq_id if source_lane else self._cached.get(op.source.request_id)
+            if source_id is None:
+                raise ValueError(f"the prefix source (request {op.source.request_id}) holds no KV here")
+            held = llama_cpp.llama_memory_seq_pos_max(mem, source_id) + 1
+            if not 0 < n <= held:
+                raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {held}")
+            lane = self._lane_for(dest)
+            llama_cpp.llama_memory_seq_cp(mem, source_id, lane.seq_id, 0, n)
+        except ValueError as exc:
+            errors[dest.request_id] = str(exc)
+            return
+        finally:
+            if op.kind is PrefixOpKind.ADOPT and source_id is not None:
+                # The cached sequence is consumed either way: its cells now belong to dest or nobody.
+                llama_cpp.llama_memory_seq_rm(mem, source_id, -1, -1)
+                heapq.heappush(self._free_cache_ids, source_id)
 
     def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[Row]:
         """Rows that can run; a row that cannot gets an error for its request instead."""

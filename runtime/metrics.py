@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from runtime.fit import StepLine, fit_step_line
@@ -36,6 +36,13 @@ class AgentFigures:
     ttft_p95: float | None = None
     itl_p50: float | None = None
     itl_p95: float | None = None
+    # Prompt tokens this agent's requests looked up in the prefix cache, and how many were reused.
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
 
 @dataclass(slots=True)
@@ -58,6 +65,14 @@ class MetricsSnapshot:
     queue_depth: int = 0
     kv_used: int = 0
     kv_capacity: int = 0
+    # Idle KV of finished sequences kept for prefix reuse (beside kv_used, within kv_capacity).
+    kv_cached: int = 0
+    cached_sequences: int = 0
+    # Totals since reset, as vLLM names them: prompt tokens looked up, and tokens served from cache.
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    # Hit rate over the rolling window (tokens reused / tokens looked up).
+    prefix_window_hit_rate: float = 0.0
     total_tokens: int = 0
     total_requests: int = 0
     total_prefill_tokens: int = 0
@@ -75,6 +90,18 @@ class MetricsSnapshot:
     def kv_pct(self) -> float:
         return 100.0 * self.kv_used / self.kv_capacity if self.kv_capacity else 0.0
 
+    @property
+    def kv_cached_pct(self) -> float:
+        return 100.0 * self.kv_cached / self.kv_capacity if self.kv_capacity else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    @property
+    def total_prompt_tokens_computed(self) -> int:
+        return self.total_prefill_tokens
+
 
 class _Latencies:
     def __init__(self, maxlen: int) -> None:
@@ -90,6 +117,8 @@ class MetricsAggregator:
         self._window: deque[StepStats] = deque()
         self._history: deque[StepStats] = deque(maxlen=history)
         self._fit_points: deque[tuple[int, float]] = deque(maxlen=4096)
+        # When set (a live engine), rates decay over idle time and the window forgets old steps.
+        self.clock: Callable[[], float] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -101,10 +130,19 @@ class MetricsAggregator:
             self._agents: dict[str, _Latencies] = {}
             self._agent_requests: Counter[str] = Counter()
             self._agent_tokens: Counter[str] = Counter()
+            self._agent_prefix_queries: Counter[str] = Counter()
+            self._agent_prefix_hits: Counter[str] = Counter()
             self._totals = Counter()
+            self._idle_state: tuple[int, int, int, int] | None = None
+
+    def note_idle(self, kv_used: int, kv_cached: int, kv_capacity: int, queue_depth: int) -> None:
+        """The engine ran no step: what it holds now, since no step record will say so."""
+        with self._lock:
+            self._idle_state = (kv_used, kv_cached, kv_capacity, queue_depth)
 
     def observe(self, stats: StepStats) -> None:
         with self._lock:
+            self._idle_state = None
             self._window.append(stats)
             self._history.append(stats)
             while self._window and self._window[0].time < stats.time - self.window_s:
@@ -117,7 +155,12 @@ class MetricsAggregator:
                 requests=len(stats.e2e),
                 prefill=stats.prefill_tokens,
                 padding=stats.padding_lanes,
+                prefix_queries=stats.prefix_queries,
+                prefix_hits=stats.prefix_hits,
             )
+            for agent, queried, reused in stats.prefix_agents:
+                self._agent_prefix_queries[agent] += queried
+                self._agent_prefix_hits[agent] += reused
             for kind, samples in (("ttft", stats.ttft), ("itl", stats.itl), ("e2e", stats.e2e)):
                 for agent, seconds in samples:
                     getattr(self._all, kind).append(seconds)
@@ -143,13 +186,17 @@ class MetricsAggregator:
         return fit_step_line(points)
 
     def snapshot(self) -> MetricsSnapshot:
+        now = self.clock() if self.clock is not None else None
         with self._lock:
-            window = list(self._window)
+            window = [s for s in self._window if now is None or s.time >= now - self.window_s]
+            idle_state = self._idle_state
             snap = MetricsSnapshot(
                 total_tokens=self._totals["tokens"],
                 total_requests=self._totals["requests"],
                 total_prefill_tokens=self._totals["prefill"],
                 total_padding_rows=self._totals["padding"],
+                prefix_cache_queries=self._totals["prefix_queries"],
+                prefix_cache_hits=self._totals["prefix_hits"],
                 steps=self._totals["steps"],
                 ttft_p50=percentile(self._all.ttft, 50),
                 ttft_p95=percentile(self._all.ttft, 95),
@@ -170,19 +217,29 @@ class MetricsAggregator:
                 )
                 for agent, lat in self._agents.items()
             }
+            for agent in self._agent_prefix_queries:
+                figures = agents.get(agent)
+                if figures is None:
+                    figures = agents[agent] = AgentFigures(agent=agent, requests=self._agent_requests[agent])
+                figures.prefix_queries = self._agent_prefix_queries[agent]
+                figures.prefix_hits = self._agent_prefix_hits[agent]
             points = list(self._fit_points)
         snap.step_line = fit_step_line(points)
-        if not window:
-            return snap
-        _fill_window_figures(snap, window, agents)
         snap.agents = sorted(agents.values(), key=lambda a: a.agent)
+        if window:
+            _fill_window_figures(snap, window, agents, now)
+        if idle_state is not None:
+            snap.width_held = snap.live_lanes = snap.padding_lanes = 0
+            snap.kv_used, snap.kv_cached, snap.kv_capacity, snap.queue_depth = idle_state
         return snap
 
 
-def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents: dict[str, AgentFigures]) -> None:
+def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents: dict[str, AgentFigures],
+                         now: float | None) -> None:
     last = window[-1]
     busy = sum(s.duration for s in window)
-    span = max(busy, last.time - (window[0].time - window[0].duration))
+    end = last.time if now is None else max(now, last.time)
+    span = max(busy, end - (window[0].time - window[0].duration))
     held = sum(s.width_held for s in window)
     useful_rows = sum(s.useful_rows for s in window)
     padding = sum(s.padding_lanes for s in window)
@@ -195,6 +252,10 @@ def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents:
     snap.queue_depth = last.queue_depth
     snap.kv_used = last.kv_used
     snap.kv_capacity = last.kv_capacity
+    snap.kv_cached = last.kv_cached
+    snap.cached_sequences = last.cached_sequences
+    queried = sum(s.prefix_queries for s in window)
+    snap.prefix_window_hit_rate = sum(s.prefix_hits for s in window) / queried if queried else 0.0
     if span > 0:
         snap.tok_s = sum(s.useful_tokens for s in window) / span
         snap.padding_tok_s = padding / span

@@ -11,12 +11,14 @@ import time
 import zlib
 from typing import Any
 
-from runtime.engine import RowKind, Sample, StepPlan, StepResult
+from runtime.engine import PrefixOpKind, RowKind, Sample, StepPlan, StepResult
 from runtime.profiles import RX_9070_XT_QWEN35_9B, CardProfile
 
 BOS_ID = 1
 FIRST_TEXT_ID = 3
 VOCAB_SIZE = 32000
+# A prefix op relabels KV cell metadata; it computes nothing. Small next to any step.
+PREFIX_OP_MS = 0.05
 PLACEHOLDER_WORDS = (
     "the", "agent", "reads", "a", "file", "and", "plans", "an", "edit", "to", "its", "tool", "call",
     "then", "runs", "tests", "on", "code", "with", "one", "batch", "step", "each", "token",
@@ -31,6 +33,7 @@ class ModeledEngine:
         realtime: bool = False,
         max_lanes: int = 256,
         max_step_tokens: int = 2048,
+        max_cached_sequences: int = 256,
     ) -> None:
         self.profile = profile
         self.realtime = realtime
@@ -39,6 +42,8 @@ class ModeledEngine:
         self.max_context = profile.max_context
         self.max_step_tokens = max_step_tokens
         self.max_lanes = max_lanes
+        # Cached prefixes cost only KV (accounted by the scheduler) and a prefix op each, like llama.cpp.
+        self.max_cached_sequences = max_cached_sequences
 
     def step(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()
@@ -53,7 +58,9 @@ class ModeledEngine:
                 rows += 1
             if row.sample and row.kind is not RowKind.PADDING:
                 samples[row.request.request_id] = _placeholder(row.request.request_id, end)
+        # Only computed tokens cost prefill time: a reused prefix is in rows' start, not their tokens.
         duration = self.profile.step_ms(rows, prefill_tokens, context) / 1e3
+        duration += PREFIX_OP_MS * sum(op.kind is not PrefixOpKind.CACHE for op in plan.prefix_ops) / 1e3
         if self.realtime:
             delay = started + duration - time.perf_counter()
             if delay > 0:

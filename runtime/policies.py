@@ -43,7 +43,8 @@ class StaticPolicy(Policy):
         if sched.num_occupied_lanes or not sched.waiting:
             return
         full = len(sched.waiting) >= sched.config.max_batch
-        waited = now - sched.waiting[0].arrival_time >= sched.config.admission_wait_s
+        # The same sum next_admission_time() returns, so waking exactly then always admits.
+        waited = now >= sched.waiting[0].arrival_time + sched.config.admission_wait_s
         if full or waited:
             sched.fill_free_lanes()
 

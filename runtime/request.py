@@ -87,6 +87,8 @@ class Request:
     token_ids: list[int] = field(init=False)
     num_prompt_tokens: int = field(init=False)
     num_computed_tokens: int = 0
+    # Prompt tokens whose KV came from the prefix cache instead of being computed.
+    num_cached_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
     error: str | None = None
     output_text_parts: list[str] = field(default_factory=list)

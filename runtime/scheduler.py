@@ -4,6 +4,13 @@ Each step is planned in two halves, as in vLLM's v1 scheduler: `schedule()` turn
 a StepPlan (decode and padding rows first, then prompt chunks within the prefill budget), and
 `update()` folds the engine's samples back into the requests. A request has no prefill or decode
 phase of its own; it has `num_computed_tokens` catching up with `num_tokens`.
+
+Prefix reuse: a request that finishes (stopped or length) leaves its KV resident in the prefix
+cache instead of releasing it. When a request gets its first prompt chunk, it takes the longest
+prefix held by a cached sequence (adopted in place when the whole entry matches or it is the same
+agent's, else copied) or by a live sequence (copied), and starts with num_computed_tokens = that
+length. Cached KV is accounted separately (kv_cached) and always yields: entries are evicted, least
+recently used first, whenever live sequences need the room, before anything live is preempted.
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from runtime.config import SchedulerConfig
-from runtime.engine import Row, RowKind, StepPlan, StepResult
+from runtime.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan, StepResult
 from runtime.policies import Policy, make_policy
+from runtime.prefix_cache import MIN_MATCH_TOKENS, CacheEntry, PrefixCache, as_tokens, common_prefix_len
 from runtime.request import Request, RequestOutput, RequestStatus
 from runtime.stats import (
     LANE_DECODE,
@@ -27,6 +35,7 @@ from runtime.stats import (
 
 log = logging.getLogger(__name__)
 
+_CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 _ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, RowKind.PADDING: LANE_PADDING}
 
 
@@ -42,6 +51,8 @@ class Lane:
     padding: bool = False
     padding_tokens: int = 0
     admitted_seq: int = 0
+    # The request has been looked up in the prefix cache since it entered this lane.
+    prefix_checked: bool = False
 
     @property
     def kv_tokens(self) -> int:
@@ -61,6 +72,7 @@ class Scheduler:
         max_context: int,
         max_step_tokens: int = 1 << 30,
         max_lanes: int = 256,
+        max_cached_sequences: int = 0,
     ) -> None:
         self.kv_capacity = kv_capacity
         self.max_context = max_context
@@ -77,6 +89,26 @@ class Scheduler:
         self._admissions = 0
         self._finished_since_step = 0
         self._e2e: list[tuple[str, float]] = []
+        # 0 means the engine takes no prefix ops: no reuse at all.
+        self.prefix_cache = PrefixCache(max_cached_sequences)
+        # CACHE ops wait here until a plan the engine will run; match ops go out with their rows.
+        self._ops: list[PrefixOp] = []
+        self._prefix_queries = self._prefix_hits = 0
+        self._prefix_agents: dict[str, list[int]] = {}
+        # Cached sequences evicted (least recently used first) to make room for live ones.
+        self.num_evictions = 0
+
+    @classmethod
+    def for_engine(cls, config: SchedulerConfig, engine) -> Scheduler:
+        """A scheduler sized to what the engine holds, prefix cache included."""
+        return cls(
+            config,
+            kv_capacity=engine.kv_capacity,
+            max_context=engine.max_context,
+            max_step_tokens=engine.max_step_tokens,
+            max_lanes=engine.max_lanes,
+            max_cached_sequences=getattr(engine, "max_cached_sequences", 0),
+        )
 
     # -- public surface ------------------------------------------------------------------------
 
@@ -88,6 +120,15 @@ class Scheduler:
     @property
     def kv_used(self) -> int:
         return sum(lane.kv_tokens for lane in self.lanes)
+
+    @property
+    def kv_cached(self) -> int:
+        """KV tokens held by finished sequences kept for prefix reuse (not part of kv_used)."""
+        return self.prefix_cache.num_tokens
+
+    @property
+    def reuse_enabled(self) -> bool:
+        return self.config.prefix_cache and self.prefix_cache.max_entries > 0
 
     @property
     def num_occupied_lanes(self) -> int:
@@ -152,6 +193,13 @@ class Scheduler:
             self.lanes.append(Lane(len(self.lanes)))
         self._trim_lanes()
         self._fail_unfittable(now)
+        if not config.prefix_cache:
+            self.drop_prefix_cache()
+
+    def drop_prefix_cache(self) -> None:
+        """Releases every cached sequence (live ones are untouched)."""
+        for entry in self.prefix_cache.clear():
+            self._drop_entry(entry)
 
     def fail_unqueued(self, request: Request, now: float, message: str) -> None:
         """Ends a request that never made it into the queue, so its listener still hears."""
@@ -163,10 +211,12 @@ class Scheduler:
 
     def handle_kv_full(self, now: float) -> None:
         """The engine had less room than the budget promised: shrink the budget to what it holds."""
-        used = self.kv_used
+        used = self.kv_used + self.kv_cached
         if used < self.kv_budget:
             log.warning("KV budget lowered from %d to %d tokens after the engine ran out", self.kv_budget, used)
             self.kv_capacity = max(used, 1)
+        if self._evict_one():
+            return
         if not self._preempt_one():
             newest = max((lane for lane in self.lanes if lane.is_live), key=lambda lane: lane.admitted_seq, default=None)
             if newest is not None:
@@ -183,12 +233,22 @@ class Scheduler:
 
     def schedule(self, now: float) -> StepPlan:
         self._trim_lanes()
+        if self.prefix_cache and not self.reuse_enabled:
+            self.drop_prefix_cache()
+        self._fit_cache(0)
         self.policy.admit(self, now)
         rows = self._plan_rows()
-        plan = StepPlan(rows=rows, release=self._release)
-        self._release = []
+        # A sequence that is the source of a copy this step is released only in the next plan.
+        sources = {op.source.request_id for op in self._ops if op.kind is not PrefixOpKind.CACHE}
+        release = [r for r in self._release if r.request_id not in sources]
+        if not rows and not release and not self._ops:
+            return StepPlan()
+        plan = StepPlan(rows=rows, release=release, prefix_ops=self._ops)
+        self._release = [r for r in self._release if r.request_id in sources]
+        self._ops = []
         assert plan.num_tokens <= self.max_step_tokens, "plan exceeds the engine's step size"
-        assert self.kv_used + plan.num_tokens <= self.kv_budget or not rows, "plan exceeds the KV budget"
+        assert self.kv_used + self.kv_cached + plan.num_tokens <= self.kv_budget or not rows, \
+            "plan exceeds the KV budget"
         return plan
 
     def fill_free_lanes(self) -> None:
@@ -197,7 +257,7 @@ class Scheduler:
             return
         live = [lane for lane in self.lanes if lane.is_live]
         # Admitted prompts are promised their KV; one token of headroom per live lane for its next decode.
-        free = self.kv_budget - self.kv_used - len(live)
+        free = self.kv_budget - self.kv_used - self.kv_cached - len(live)
         free -= sum(lane.request.num_tokens - lane.request.num_computed_tokens for lane in live)
         for lane in self.lanes[: self.config.max_batch]:
             if not self.waiting:
@@ -206,12 +266,21 @@ class Scheduler:
                 continue
             request = self.waiting[0]
             need = request.num_tokens + 1
+            # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed.
+            adopt = self._adoptable(request)
+            if adopt is not None:
+                need -= adopt.num_tokens
+            while need > free and (entry := self.prefix_cache.pop_lru(keep=adopt)) is not None:
+                self.num_evictions += 1
+                self._drop_entry(entry)
+                free += entry.num_tokens
             if need > free:
                 break
             self.waiting.popleft()
             free -= need
             self._admissions += 1
             lane.request, lane.padding, lane.padding_tokens = request, False, 0
+            lane.prefix_checked = False
             lane.admitted_seq = self._admissions
             request.status = RequestStatus.RUNNING
             self._lane_of[request.request_id] = lane
@@ -221,8 +290,10 @@ class Scheduler:
             one_token_lanes = [
                 lane for lane in self.lanes if lane.request and (lane.padding or lane.request.is_decoding)
             ]
-            free = self.kv_budget - self.kv_used
-            if len(one_token_lanes) <= free or not self._preempt_one():
+            free = self._kv_free()
+            if len(one_token_lanes) <= free:
+                break
+            if not self._evict_one() and not self._preempt_one():
                 break
         rows: list[Row] = []
         for lane in one_token_lanes[: max(free, 0)]:
@@ -233,23 +304,139 @@ class Scheduler:
             else:
                 start = request.num_computed_tokens
                 rows.append(Row(request, RowKind.DECODE, start, request.token_ids[start:], sample=True))
-        budget = min(self.config.prefill_chunk, self.max_step_tokens - len(rows), free - len(rows))
+        budget = min(self.config.prefill_chunk, self.max_step_tokens - len(rows))
+        planned = len(rows)
         prefilling = sorted(
             (lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
             key=lambda lane: lane.admitted_seq,
         )
+        computing: list[Request] = []
         for lane in prefilling:
-            if budget <= 0:
+            if budget <= 0 or not self._make_room(planned + 1):
                 break
             request = lane.request
+            if not lane.prefix_checked:
+                if self.reuse_enabled and self._prefix_in_progress(request, computing):
+                    continue
+                lane.prefix_checked = True
+                if self.reuse_enabled:
+                    self._reuse_prefix(lane, planned)
             start = request.num_computed_tokens
-            n = min(request.num_tokens - start, budget)
+            want = min(request.num_tokens - start, budget)
+            self._make_room(planned + want)
+            n = min(want, self._kv_free() - planned)
             end = start + n
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens))
             budget -= n
+            planned += n
+            computing.append(request)
         if not rows and self.num_running and self._preempt_one():
             return self._plan_rows()
         return rows
+
+    # -- prefix cache ---------------------------------------------------------------------------
+
+    def _kv_free(self) -> int:
+        return self.kv_budget - self.kv_used - self.kv_cached
+
+    def _make_room(self, tokens: int, keep: CacheEntry | None = None) -> bool:
+        """Evicts cached sequences, coldest first, until `tokens` fit; says whether they do."""
+        while self._kv_free() < tokens:
+            if not self._evict_one(keep):
+                return False
+        return True
+
+    def _fit_cache(self, tokens: int) -> None:
+        self._make_room(tokens)
+
+    def _evict_one(self, keep: CacheEntry | None = None) -> bool:
+        entry = self.prefix_cache.pop_lru(keep)
+        if entry is None:
+            return False
+        self.num_evictions += 1
+        self._drop_entry(entry)
+        return True
+
+    def _drop_entry(self, entry: CacheEntry) -> None:
+        """Releases an entry no longer in the cache, cancelling its CACHE op if the engine has not seen it."""
+        handle = entry.handle
+        self._ops = [op for op in self._ops if not (op.kind is PrefixOpKind.CACHE and op.source is handle)]
+        self._release.append(handle)
+
+    def _cache(self, request: Request) -> None:
+        n = request.num_computed_tokens
+        for entry in self.prefix_cache.insert(request, n):
+            self._drop_entry(entry)
+        if self.prefix_cache.get(request) is None:
+            self._release.append(request)
+        else:
+            self._ops.append(PrefixOp(PrefixOpKind.CACHE, request, None, n))
+
+    def _adoptable(self, request: Request) -> CacheEntry | None:
+        """The cached entry this request would adopt in place, if any."""
+        if not self.reuse_enabled or not self.prefix_cache:
+            return None
+        match = self.prefix_cache.longest_match(as_tokens(request.token_ids), request.num_tokens - 1)
+        if match is None or not self._adopts(request, match.source, match.num_tokens):
+            return None
+        return match.source
+
+    @staticmethod
+    def _adopts(request: Request, entry: CacheEntry, n: int) -> bool:
+        # Adopting drops the entry's tokens past n: fine when there are none, or when they are the
+        # same agent's previous turn (its next turn is the only likely user). Otherwise copy.
+        return n == entry.num_tokens or (entry.agent == request.agent and request.agent != "anonymous")
+
+    def _prefix_in_progress(self, request: Request, computing: list[Request]) -> bool:
+        """An earlier prompt computing in this very step will hold more of this one's prefix: wait for it."""
+        if not computing:
+            return False
+        tokens = as_tokens(request.token_ids)
+        best_held = 0
+        best_coming = 0
+        for other in computing:
+            shared = common_prefix_len(tokens, as_tokens(other.token_ids[: other.num_prompt_tokens]))
+            best_held = max(best_held, min(shared, other.num_computed_tokens))
+            best_coming = max(best_coming, shared)
+        for entry in self.prefix_cache:
+            best_held = max(best_held, common_prefix_len(tokens, entry.tokens))
+        return best_coming >= MIN_MATCH_TOKENS and best_coming > best_held
+
+    def _reuse_prefix(self, lane: Lane, planned: int) -> None:
+        """Starts the lane's request at its longest resident prefix, with the op that puts it there."""
+        request = lane.request
+        counts = self._prefix_agents.setdefault(request.agent, [0, 0])
+        self._prefix_queries += request.num_tokens
+        counts[0] += request.num_tokens
+        live = [
+            (other.request, as_tokens(other.request.token_ids[: other.request.num_computed_tokens]))
+            for other in self.lanes
+            if other.request is not None and other is not lane
+            and other.request.num_computed_tokens >= MIN_MATCH_TOKENS
+        ]
+        match = self.prefix_cache.longest_match(as_tokens(request.token_ids), request.num_tokens - 1, live)
+        if match is None:
+            return
+        n = match.num_tokens
+        source = match.source
+        if isinstance(source, CacheEntry) and self._adopts(request, source, n):
+            self.prefix_cache.remove(source)
+            op = PrefixOp(PrefixOpKind.ADOPT, source.handle, request, n)
+        else:
+            # A copy holds its own count of the shared tokens; skip it if even an empty cache has no room.
+            keep = source if isinstance(source, CacheEntry) else None
+            if not self._make_room(planned + n + 1, keep=keep):
+                return
+            if keep is not None:
+                self.prefix_cache.touch(keep)
+            handle = source.handle if isinstance(source, CacheEntry) else source
+            op = PrefixOp(PrefixOpKind.COPY, handle, request, n)
+        self._ops.append(op)
+        request.num_computed_tokens = request.num_cached_tokens = n
+        self._prefix_hits += n
+        counts[1] += n
+
+    # -- preemption ----------------------------------------------------------------------------
 
     def _preempt_one(self) -> bool:
         """Frees KV under pressure: padding lanes first, then the newest live request (recomputed later)."""
@@ -278,6 +465,11 @@ class Scheduler:
         ttft: list[tuple[str, float]] = []
         itl: list[tuple[str, float]] = []
         lane_states = [LANE_EMPTY if lane.request is None else LANE_STALLED for lane in self.lanes]
+        for request_id, error in result.errors.items():
+            # A prefix op the engine could not apply fails its request even without a row.
+            lane = self._lane_of.get(request_id)
+            if lane is not None and lane.is_live and all(r.request is not lane.request for r in plan.rows):
+                self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
         for row in plan.rows:
             request = row.request
             lane = self._lane_of[request.request_id]
@@ -330,6 +522,9 @@ class Scheduler:
                lanes, ttft, itl) -> StepStats:
         finished, self._finished_since_step = self._finished_since_step, 0
         e2e, self._e2e = self._e2e, []
+        queries, hits, agents = self._prefix_queries, self._prefix_hits, self._prefix_agents
+        self._prefix_queries = self._prefix_hits = 0
+        self._prefix_agents = {}
         live = decode_rows + prefill_rows + lanes.count(LANE_STALLED)
         return StepStats(
             index=self.num_steps,
@@ -347,6 +542,11 @@ class Scheduler:
             queue_depth=len(self.waiting),
             kv_used=self.kv_used,
             kv_capacity=self.kv_budget,
+            kv_cached=self.kv_cached,
+            cached_sequences=len(self.prefix_cache),
+            prefix_queries=queries,
+            prefix_hits=hits,
+            prefix_agents=[(agent, q, h) for agent, (q, h) in agents.items()],
             finished=finished,
             lanes=lanes,
             ttft=ttft,
@@ -359,11 +559,11 @@ class Scheduler:
     def _finish_in_lane(self, lane: Lane, status: RequestStatus, now: float, error: str | None,
                         new_token=None) -> None:
         request = lane.request
+        self._finish(request, status, now, error, new_token)
         if self.policy.pads_finished_lanes and status is not RequestStatus.FINISHED_ERROR:
             lane.padding = True
         else:
-            self._release_lane(lane)
-        self._finish(request, status, now, error, new_token)
+            self._release_lane(lane, cache=True)
 
     def _finish(self, request: Request, status: RequestStatus, now: float, error: str | None,
                 new_token=None) -> None:
@@ -378,17 +578,22 @@ class Scheduler:
             (request, RequestOutput(request.request_id, tokens, text, True, status.finish_reason, error))
         )
 
-    def _release_lane(self, lane: Lane) -> None:
+    def _release_lane(self, lane: Lane, cache: bool = False) -> None:
+        """Frees the lane; a finished request's KV goes to the prefix cache when `cache` and reuse allow."""
         request = lane.request
         if request is not None:
-            self._release.append(request)
             self._lane_of.pop(request.request_id, None)
+            if cache and self.reuse_enabled and request.status in _CACHEABLE:
+                self._cache(request)
+            else:
+                self._release.append(request)
         lane.request, lane.padding, lane.padding_tokens = None, False, 0
 
     def _end_padding(self) -> None:
+        """A static batch ended: its finished lanes' KV goes to the prefix cache (or is released)."""
         for lane in self.lanes:
             if lane.padding:
-                self._release_lane(lane)
+                self._release_lane(lane, cache=True)
 
     def _trim_lanes(self) -> None:
         while len(self.lanes) > self.config.max_batch and self.lanes[-1].request is None:

@@ -35,6 +35,14 @@ class StepStats:
     ttft: list[tuple[str, float]] = field(default_factory=list)
     itl: list[tuple[str, float]] = field(default_factory=list)
     e2e: list[tuple[str, float]] = field(default_factory=list)
+    # KV tokens held by finished sequences kept for prefix reuse (idle, evictable; not in kv_used).
+    kv_cached: int = 0
+    cached_sequences: int = 0
+    # Prompt tokens looked up in the prefix cache this step, and how many of them were reused.
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    # (agent, queried, reused) for each agent looked up this step.
+    prefix_agents: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def useful_rows(self) -> int:

@@ -21,6 +21,13 @@ class SwarmWorkload:
     prompt_tokens: int = 32
     # Scales each length's distance from the mean: 0 makes every output equal, 2 doubles the variance's root.
     spread: float = 1.0
+    # A system prompt of this many tokens, the same for every agent, starts every prompt.
+    system_tokens: int = 0
+    # Multi-turn agents: each turn's prompt is the agent's whole conversation so far (system prompt,
+    # its task of prompt_tokens, then every earlier reply and the tool result that followed it).
+    conversation: bool = False
+    # Length of the tool result appended after each reply in a conversation.
+    tool_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.agents < 1:
@@ -33,6 +40,8 @@ class SwarmWorkload:
             raise ValueError("prompt_tokens must be at least 1")
         if self.spread < 0:
             raise ValueError("spread must not be negative")
+        if self.system_tokens < 0 or self.tool_tokens < 0:
+            raise ValueError("system_tokens and tool_tokens must not be negative")
 
     @property
     def effective_lengths(self) -> list[int]:
@@ -60,4 +69,24 @@ def prompt_text(agent: int, turn: int, approx_tokens: int) -> str:
     # About four characters a token in English text.
     want = max(approx_tokens * 4 - len(head), 0)
     body = (FILLER * (want // len(FILLER) + 1))[:want]
+    return head + body
+
+
+SYSTEM_FILLER = (
+    "You are a coding agent in a shared repository. Tools: read_file(path), write_file(path, text), "
+    "run_tests(pattern), search(query). Answer with one tool call or a final report. "
+)
+
+
+def system_text(approx_tokens: int) -> str:
+    """The system prompt every agent shares, about approx_tokens long."""
+    want = approx_tokens * 4
+    return (SYSTEM_FILLER * (want // len(SYSTEM_FILLER) + 1))[:want]
+
+
+def tool_text(agent: int, turn: int, approx_tokens: int) -> str:
+    """The result of the tool the agent called in `turn`, different per agent and turn."""
+    head = f"Tool result for agent {agent + 1}, call {turn + 1}: "
+    want = max(approx_tokens * 4 - len(head), 0)
+    body = ("3 passed, 1 failed: test_parse_empty_input expected [] got None. " * (want // 60 + 1))[:want]
     return head + body

@@ -96,3 +96,16 @@ def test_stop_fails_what_is_still_queued():
     thread.submit(_collecting(Request([1] * 4, SamplingParams(max_tokens=30_000)), done, out))
     thread.stop()
     assert done.is_set() and "shutting down" in out[-1].error
+
+
+def test_idle_engine_metrics_show_what_is_held_now_and_rates_decay(engine_thread):
+    done, out = threading.Event(), []
+    engine_thread.submit(_collecting(Request([1] * 8, SamplingParams(max_tokens=20)), done, out))
+    assert done.wait(5)
+    busy = engine_thread.metrics.snapshot()
+    assert busy.total_tokens == 20
+    engine_thread.metrics.window_s = 0.2
+    threading.Event().wait(0.5)
+    idle = engine_thread.metrics.snapshot()
+    assert idle.tok_s == 0 and idle.live_lanes == 0 and idle.kv_used == 0
+    assert idle.total_tokens == 20 and [a.agent for a in idle.agents] == ["anonymous"]

@@ -1,0 +1,130 @@
+"""Finished sequences whose KV stays resident, found again by the longest common token prefix.
+
+The scheduler owns one PrefixCache. Each entry names a finished request (the handle the engine
+knows its sequence by) and the tokens that sequence holds at positions 0..n-1. Entries are kept in
+least-recently-used order and evicted from the cold end whenever live sequences need the room.
+
+Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
+sequences' computed tokens, which the scheduler passes in) with one numpy comparison each. With at
+most a few hundred sequences of a few thousand tokens, that is a memcmp-speed pass of well under a
+millisecond, done once per admitted request, and needs no per-token node objects as a trie would.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime.request import Request
+
+# Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
+MIN_MATCH_TOKENS = 8
+
+
+def as_tokens(token_ids: list[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(token_ids, dtype=np.int64)
+
+
+def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+@dataclass(slots=True, eq=False)
+class CacheEntry:
+    # The finished request whose engine sequence holds this KV.
+    handle: Request
+    # Token ids at positions 0..len-1 of that sequence.
+    tokens: np.ndarray
+    agent: str
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(slots=True)
+class Match:
+    # A CacheEntry, or a live Request whose computed tokens match.
+    source: CacheEntry | Request
+    num_tokens: int
+
+    @property
+    def cached(self) -> bool:
+        return isinstance(self.source, CacheEntry)
+
+
+class PrefixCache:
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # coldest first
+        self.num_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[CacheEntry]:
+        return iter(self._entries.values())
+
+    def __contains__(self, entry: CacheEntry) -> bool:
+        return self._entries.get(entry.handle.request_id) is entry
+
+    def get(self, handle: Request) -> CacheEntry | None:
+        return self._entries.get(handle.request_id)
+
+    def insert(self, handle: Request, num_tokens: int) -> list[CacheEntry]:
+        """Caches the first num_tokens of a finished request; returns entries evicted to stay within max_entries."""
+        evicted: list[CacheEntry] = []
+        if self.max_entries < 1 or num_tokens < MIN_MATCH_TOKENS:
+            return evicted
+        while len(self._entries) >= self.max_entries:
+            evicted.append(self.pop_lru())
+        entry = CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent)
+        self._entries[handle.request_id] = entry
+        self.num_tokens += entry.num_tokens
+        return evicted
+
+    def longest_match(self, tokens: np.ndarray, limit: int,
+                      live: Iterable[tuple[Request, np.ndarray]] = ()) -> Match | None:
+        """The longest prefix of `tokens` (at most `limit`) held by a cached entry or a live sequence.
+
+        Ties go to a cached entry (it can be adopted in place), then to the most recently used one.
+        """
+        best: Match | None = None
+        for request, held in live:
+            n = min(common_prefix_len(tokens, held), limit)
+            if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens):
+                best = Match(request, n)
+        for entry in reversed(self._entries.values()):
+            n = min(common_prefix_len(tokens, entry.tokens), limit)
+            if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens or
+                                          (n == best.num_tokens and not best.cached)):
+                best = Match(entry, n)
+        return best
+
+    def touch(self, entry: CacheEntry) -> None:
+        self._entries.move_to_end(entry.handle.request_id)
+
+    def remove(self, entry: CacheEntry) -> None:
+        del self._entries[entry.handle.request_id]
+        self.num_tokens -= entry.num_tokens
+
+    def pop_lru(self, keep: CacheEntry | None = None) -> CacheEntry | None:
+        """Removes and returns the coldest entry other than `keep`; None when there is none."""
+        for entry in self._entries.values():
+            if entry is not keep:
+                self.remove(entry)
+                return entry
+        return None
+
+    def clear(self) -> list[CacheEntry]:
+        entries = list(self._entries.values())
+        self._entries.clear()
+        self.num_tokens = 0
+        return entries

@@ -1,0 +1,206 @@
+"""Prefix reuse on the real llama.cpp engine with the tiny model: same tokens, less prefill."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.clock import RealClock
+from runtime.config import SchedulerConfig
+from runtime.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from runtime.engine_loop import EngineLoop
+from runtime.llama_engine import LlamaEngine
+from runtime.request import Request, RequestStatus, SamplingParams
+from runtime.scheduler import Scheduler
+from runtime.workload import system_text, tool_text
+
+SYSTEM_TOKENS = 60
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=2048, n_batch=256, cache_slots=6) as eng:
+        yield eng
+
+
+@pytest.fixture(autouse=True)
+def _empty_kv(engine):
+    yield
+    assert engine.lane_kv_positions() == [-1] * engine.max_lanes, "a test left live KV behind"
+    assert engine.cached_kv_positions() == [-1] * engine.max_cached_sequences, "a test left cached KV behind"
+
+
+def greedy(n: int) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def make_loop(engine, steps: list | None = None, **config) -> EngineLoop:
+    scheduler = Scheduler.for_engine(SchedulerConfig(**{"max_batch": 4, **config}), engine)
+    return EngineLoop(scheduler, engine, RealClock(), on_stats=None if steps is None else steps.append)
+
+
+def finish(loop: EngineLoop, engine) -> None:
+    """Drops the cache and hands the releases to the engine, so the next test starts empty."""
+    assert not loop.scheduler.has_work
+    loop.scheduler.drop_prefix_cache()
+    loop.step()
+    assert loop.scheduler.kv_used == loop.scheduler.kv_cached == 0
+
+
+def check_live_kv(loop: EngineLoop, engine) -> None:
+    """Every live sequence holds exactly the KV the scheduler accounts for it."""
+    for lane in loop.scheduler.lanes:
+        if lane.request is None:
+            continue
+        engine_lane = engine._lanes.get(lane.request.request_id)
+        if engine_lane is None:
+            assert lane.kv_tokens == lane.request.num_computed_tokens == 0 or not lane.prefix_checked
+            continue
+        held = engine.lane_kv_positions()[engine_lane.seq_id] + 1
+        assert held == lane.kv_tokens, f"request {lane.request.request_id}: KV {held}, accounted {lane.kv_tokens}"
+
+
+def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, check=False, **config):
+    """Closed-loop agents whose every turn resends the whole conversation; returns outputs and step stats."""
+    steps: list = []
+    loop = make_loop(engine, steps, **config)
+    scheduler = loop.scheduler
+    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    histories = {a: system + engine.tokenize(f"task {a}: fix the parser", add_special=False) for a in range(agents)}
+    outputs: dict[tuple[int, int], list[int]] = {}
+    requests: list[Request] = []
+
+    def submit(agent: int, turn: int) -> None:
+        request = Request(list(histories[agent]), greedy(max_tokens + agent), agent=f"agent-{agent}")
+        requests.append(request)
+
+        def on_output(output) -> None:
+            if output.finished:
+                outputs[(agent, turn)] = request.output_token_ids
+                tool = engine.tokenize(tool_text(agent, turn, 12), add_special=False)
+                histories[agent] = request.token_ids + tool
+                if turn + 1 < turns:
+                    submit(agent, turn + 1)
+
+        request.listener = on_output
+        scheduler.add(request, loop.clock.now())
+
+    for agent in range(agents):
+        submit(agent, 0)
+    while scheduler.has_work:
+        loop.step()
+        if check:
+            check_live_kv(loop, engine)
+    assert all(r.status is RequestStatus.FINISHED_LENGTH for r in requests)
+    return outputs, steps, requests, loop
+
+
+def test_greedy_tokens_with_reuse_equal_those_without(engine):
+    plain, plain_steps, plain_requests, loop = converse(engine, prefix_cache=False)
+    assert engine.num_cached_sequences == 0
+    finish(loop, engine)
+    reused, steps, requests, loop = converse(engine, check=True)
+    finish(loop, engine)
+    assert reused == plain
+    prompt_tokens = sum(r.num_prompt_tokens for r in requests)
+    # Reuse off computes every prompt token and looks nothing up.
+    assert sum(s.prefill_tokens for s in plain_steps) == prompt_tokens
+    assert sum(s.prefix_queries for s in plain_steps) == 0
+    computed = sum(s.prefill_tokens for s in steps)
+    assert computed + sum(s.prefix_hits for s in steps) == prompt_tokens
+    assert computed < 0.5 * prompt_tokens
+
+
+def test_eviction_under_kv_pressure_never_touches_a_live_sequence(engine):
+    reference, _, _, loop = converse(engine, agents=4, prefix_cache=False)
+    finish(loop, engine)
+    # Room for the live conversations but not for every finished one as well.
+    outputs, steps, requests, loop = converse(engine, agents=4, check=True, kv_budget=520, prefill_chunk=48)
+    finish(loop, engine)
+    assert outputs == reference
+    assert max(s.kv_used + s.kv_cached for s in steps) <= 520
+    assert sum(s.prefix_hits for s in steps) > 0
+    assert loop.scheduler.num_evictions > 0
+
+
+def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
+    steps: list = []
+    loop = make_loop(engine, steps)
+    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    first = Request(system + engine.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
+    other = Request(system + engine.tokenize("zeta", add_special=False), greedy(6), agent="b")
+    assert first.token_ids[SYSTEM_TOKENS] != other.token_ids[SYSTEM_TOKENS]
+    loop.scheduler.add(first, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    loop.scheduler.add(other, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    assert sorted(p for p in engine.cached_kv_positions() if p >= 0) == [first.num_tokens - 2]
+    again = Request(first.token_ids + engine.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
+    loop.scheduler.add(again, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    assert sum(s.prefix_queries for s in steps) == sum(r.num_prompt_tokens for r in (first, other, again))
+    assert sum(s.prefix_hits for s in steps) == SYSTEM_TOKENS + first.num_tokens - 1
+    assert {a: (q, h) for s in steps for a, q, h in s.prefix_agents if h} == {
+        "b": (other.num_prompt_tokens, SYSTEM_TOKENS), "a": (again.num_prompt_tokens, first.num_tokens - 1)}
+    # The adopted turn continues exactly as if it had computed its whole conversation.
+    loop2 = make_loop(engine, prefix_cache=False)
+    fresh = Request(list(again.prompt_token_ids), greedy(6))
+    loop2.scheduler.add(fresh, loop2.clock.now())
+    while loop2.scheduler.has_work:
+        loop2.step()
+    loop2.step()
+    assert again.output_token_ids == fresh.output_token_ids
+    finish(loop, engine)
+
+
+def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_completes(engine):
+    loop = make_loop(engine, max_batch=2, prefill_chunk=16)
+    scheduler = loop.scheduler
+    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    first = Request(system + engine.tokenize("alpha", add_special=False), greedy(5), agent="a")
+    scheduler.add(first, loop.clock.now())
+    while scheduler.has_work:
+        loop.step()
+    entry = scheduler.prefix_cache.get(first)
+    assert entry is not None
+    # A long unrelated prompt is admitted first and takes the whole prefill budget for a few steps.
+    blocker = Request([engine.vocab.bos] + engine.tokenize("hello world " * 10, add_special=False), greedy(3))
+    again = Request(first.token_ids + engine.tokenize("tool ok", add_special=False), greedy(8), agent="a")
+    scheduler.add(blocker, loop.clock.now())
+    scheduler.add(again, loop.clock.now())
+    loop.step()
+    lane = scheduler._lane_of[again.request_id]
+    assert not lane.prefix_checked and again.num_computed_tokens == 0  # admitted, counting on the entry
+    # The entry goes before the request's first chunk (here: reuse switched off and on again).
+    scheduler.reconfigure(scheduler.config.with_changes(prefix_cache=False), loop.clock.now())
+    scheduler.reconfigure(scheduler.config.with_changes(prefix_cache=True), loop.clock.now())
+    assert scheduler.prefix_cache.get(first) is None
+    while scheduler.has_work:
+        loop.step()
+        check_live_kv(loop, engine)
+    assert again.status is RequestStatus.FINISHED_LENGTH and again.num_output_tokens == 8
+    reference = make_loop(engine, prefix_cache=False)
+    fresh = Request(list(again.prompt_token_ids), greedy(8))
+    reference.scheduler.add(fresh, reference.clock.now())
+    while reference.scheduler.has_work:
+        reference.step()
+    reference.step()
+    assert again.output_token_ids == fresh.output_token_ids
+    finish(loop, engine)
+
+
+def test_a_prefix_op_with_a_missing_source_fails_only_its_destination(engine):
+    ghost = Request([1, 2, 3])
+    victim = Request(engine.tokenize("hello world, what is this about the model"), greedy(2))
+    good = Request(engine.tokenize("we will do it"), greedy(2))
+    n = 4
+    plan = StepPlan(
+        rows=[Row(victim, RowKind.PREFILL, n, victim.token_ids[n:], True),
+              Row(good, RowKind.PREFILL, 0, good.token_ids, True)],
+        prefix_ops=[PrefixOp(PrefixOpKind.COPY, ghost, victim, n)],
+    )
+    result = engine.step(plan)
+    assert "holds no KV" in result.errors[victim.request_id] and good.request_id in result.samples
+    engine.step(StepPlan(release=[victim, good]))
