@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     swarm_cli.register(sub)
     chaos_cli.register(sub)
     demo_model_cli.register(sub)
+    from ui import cli_gui  # lazy: the panel's subcommand (ui.cli_gui imports no Qt)
+
+    cli_gui.register(sub)
     return parser
 
 
@@ -29,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # no subcommand opens the panel
+        from ui.app_main import run_gui
+
+        return run_gui()
     try:
         return args.run(args)
     except ValueError as exc:

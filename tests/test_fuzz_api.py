@@ -93,5 +93,6 @@ def test_raw_bytes(url, body):
 @fuzz
 @given(body=scheduler_bodies)
 def test_scheduler_updates(url, body):
-    resp = httpx.put(f"{url}/v1/scheduler", json=body, timeout=30)
+    resp = httpx.put(f"{url}/v1/scheduler", content=json.dumps(body).encode(),
+                     headers={"content-type": "application/json"}, timeout=30)
     assert_client_answer(resp)

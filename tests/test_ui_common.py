@@ -1,0 +1,44 @@
+"""Shared pieces of the panel tests (this module holds no tests itself)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.service import SwarmService
+from app.settings import Settings
+from runtime.modeled_engine import ModeledEngine
+from runtime.profiles import RX_9070_XT_QWEN35_9B
+
+# The article's card at a twentieth of the cost: a naive batch of short agents drains in a fraction of a second.
+FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms": 0.1})
+# The article's spread of lengths, scaled down tenfold.
+SHORT_LENGTHS = (4, 9, 15, 22, 30, 48, 65, 90)
+
+
+def fast_service(**overrides) -> SwarmService:
+    values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "max_batch": 8, "policy": "naive"} | overrides
+    return SwarmService(Settings(**values), engine_factory=lambda s: ModeledEngine(FAST_CARD, realtime=True,
+                                                                                  max_lanes=64))
+
+
+@pytest.fixture
+def no_user_config(monkeypatch, tmp_path):
+    monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+
+
+@pytest.fixture
+def window(qtbot, no_user_config, tmp_path):
+    """The real main window on a started fast service, settings in a throwaway file."""
+    from ui import theme
+    from ui.main_window import MainWindow
+    from ui.settings_store import SettingsStore
+
+    theme.configure_pyqtgraph()
+    service = fast_service()
+    service.start()
+    win = MainWindow(service, SettingsStore(tmp_path / "panel.ini"))
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.close()
+    service.stop()

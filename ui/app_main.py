@@ -1,0 +1,187 @@
+"""The desktop app: Qt hosts asyncio through qasync; the HTTP server is a task on that loop, the
+engine runs on its own thread, the window pulls snapshots on a timer. Closing the window stops the
+swarm, the engine and the server (the port is released) before the function returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENGINE = "modeled"  # first start: the article's card, which shows the story on any machine
+
+
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def configure_process() -> None:
+    """The engine thread and the GUI share one interpreter: hand the GIL over every millisecond rather than
+    every five, so an engine step waking from its wait does not queue behind a repaint."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+def asset(name: str) -> Path:
+    """A file under assets/, from a source checkout or a PyInstaller bundle."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base / "assets" / name
+
+
+def run_gui(engine: str | None = None, model: Path | str | None = None, port: int | None = None,
+            swarm: int | None = None, screenshot: Path | str | None = None, quit_after: float | None = None,
+            policy: str | None = None, switch: str | None = None, settings_file: Path | str | None = None) -> int:
+    """Opens the window and runs until it closes; returns the exit status.
+
+    switch: "POLICY@SECONDS" switches the policy that many seconds in (for scripted captures).
+    """
+    import qasync
+    from PySide6 import QtWidgets
+
+    from ui import theme
+
+    configure_process()
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    app.setApplicationName("swarm-panel")
+    app.setOrganizationName("swarm-panel")
+    app.setStyle("Fusion")
+    app.setQuitOnLastWindowClosed(False)
+    from PySide6 import QtGui
+
+    if asset("icon.png").is_file():
+        app.setWindowIcon(QtGui.QIcon(str(asset("icon.png"))))  # the coroutine below ends the loop, after shutting down
+    theme.configure_pyqtgraph()
+    app.setStyleSheet(theme.STYLESHEET)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    # qasync does not install asyncio's async-generator hooks, so an abandoned generator (an httpx stream
+    # left at [DONE]) would be finalized outside the loop; install them as run_forever does.
+    hooks = sys.get_asyncgen_hooks()
+    firstiter = getattr(loop, "_asyncgen_firstiter_hook", None)
+    finalizer = getattr(loop, "_asyncgen_finalizer_hook", None)
+    if firstiter is not None and finalizer is not None:
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
+    try:
+        with loop:
+            return loop.run_until_complete(_main(engine, model, port, swarm, screenshot, quit_after, policy, switch,
+                                                 settings_file))
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+        asyncio.set_event_loop(None)
+
+
+def _settings(store, engine, model, port, policy):
+    from app.settings import Settings
+
+    overrides: dict = {}
+    remembered = store.get("scheduler", {}) or {}
+    for key in ("policy", "max_batch", "prefill_chunk", "kv_budget"):
+        if key in remembered:
+            overrides[key] = remembered[key]
+    overrides["engine"] = engine or store.get("engine") or DEFAULT_ENGINE
+    if model is not None:
+        overrides["model"] = Path(model)
+        overrides["engine"] = engine or "llama"
+    elif overrides["engine"] == "llama" and store.get("model_path"):
+        overrides["model"] = Path(store.get("model_path"))
+    if port is not None:
+        overrides["port"] = port
+    if policy is not None:
+        overrides["policy"] = policy
+    try:
+        return Settings(**overrides)
+    except ValueError as exc:  # a stale remembered value must not keep the panel from opening
+        log.warning("ignoring remembered settings: %s", exc)
+        keep = {k: overrides[k] for k in ("engine", "model", "port", "policy") if k in overrides}
+        return Settings(**keep)
+
+
+async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, settings_file) -> int:
+    from pydantic import SecretStr
+
+    from app.http_server import HttpServer, PortInUse
+    from app.service import SwarmService
+    from ui.main_window import MainWindow
+    from ui.settings_store import SettingsStore
+
+    loop = asyncio.get_running_loop()
+    store = SettingsStore(settings_file)
+    settings = _settings(store, engine, model, port, policy)
+    service = SwarmService(settings)
+    window = MainWindow(service, store)
+    if screenshot is not None:
+        window.resize(1760, 1000)  # a fixed size for scripted captures, whatever geometry was remembered
+    window.show()
+    closed = asyncio.Event()
+    window.closed.connect(closed.set)
+    loaded: asyncio.Future = loop.create_future()
+    window.engine_loaded.connect(lambda error: loaded.done() or loaded.set_result(error))
+    window.start_engine()
+
+    def set_api_key(key: str) -> None:
+        service.settings = service.settings.model_copy(update={"api_key": SecretStr(key) if key else None})
+
+    window.api_key_requested = set_api_key
+    http = None
+    try:
+        http = HttpServer(service)
+        try:
+            await http.start()
+            window.set_endpoint(http.url)
+        except PortInUse as exc:
+            wanted = http.port
+            http = HttpServer(service, port=0)
+            await http.start()
+            window.set_endpoint(http.url, f"Port {wanted} is taken ({exc}); listening on a free port instead.")
+    except (OSError, ValueError) as exc:
+        http = None
+        window.set_endpoint(None, f"The endpoint is off: {exc}")
+
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, lambda *_: window.close())
+
+    try:
+        return await _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after)
+    finally:
+        if window.isVisible():
+            window.close()  # an error on the way must not leave the engine running
+        await window.launcher.stop_and_wait(timeout=0.5)
+        if http is not None:
+            await http.stop()
+        await asyncio.get_running_loop().shutdown_asyncgens()  # qasync does not; asyncio.run would
+
+
+async def _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after) -> int:
+    loop = asyncio.get_running_loop()
+    exit_code = 0
+    error = await loaded
+    if swarm and error is None:
+        window.launcher.agents.setValue(max(1, min(64, swarm)))
+        window.launcher.start()
+    if switch:
+        target, _, seconds = switch.partition("@")
+        loop.call_later(float(seconds or 0), lambda: _switch(window, target))
+    if quit_after is not None:
+        def capture_and_close() -> None:
+            nonlocal exit_code
+            if screenshot is not None:
+                window.refresh()
+                if not window.grab().save(str(screenshot)):
+                    log.error("could not write %s", screenshot)
+                    exit_code = 1
+            window.close()
+
+        loop.call_later(quit_after, capture_and_close)
+
+    await closed.wait()
+    return exit_code
+
+
+def _switch(window, policy: str) -> None:
+    try:
+        window.apply_scheduler(policy=policy)
+    except (ValueError, RuntimeError) as exc:
+        log.warning("could not switch to %s: %s", policy, exc)

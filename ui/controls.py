@@ -1,0 +1,134 @@
+"""Scheduler controls: the three-way policy switch and the knobs; every change applies at the next step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6 import QtCore, QtWidgets
+
+from runtime.config import MAX_LANES, POLICY_NAMES, SchedulerConfig
+from ui import theme
+
+POLICY_TIPS = {
+    "naive": "Static batch frozen at its width until the longest sequence ends: finished lanes ride along as padding.",
+    "shrinking": "Static batch that drops finished lanes but admits nobody until it is empty: a slow tail.",
+    "continuous": "Refills a freed lane from the queue on the next step; prompts enter in chunks.",
+}
+
+
+class PolicySwitch(QtWidgets.QWidget):
+    """The three-way segmented switch: naive static | shrinking static | continuous."""
+
+    requested = QtCore.Signal(str)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.buttons: dict[str, QtWidgets.QPushButton] = {}
+        self.group = QtWidgets.QButtonGroup(self)
+        self.group.setExclusive(True)
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        for name in POLICY_NAMES:
+            button = QtWidgets.QPushButton(theme.POLICY_LABELS[name])
+            button.setObjectName("policyButton")
+            button.setProperty("policy", name)
+            button.setCheckable(True)
+            button.setToolTip(POLICY_TIPS[name])
+            button.setMinimumSize(170, 44)
+            self.group.addButton(button)
+            layout.addWidget(button)
+            self.buttons[name] = button
+        self.group.buttonClicked.connect(lambda b: self.requested.emit(b.property("policy")))
+
+    @property
+    def policy(self) -> str | None:
+        button = self.group.checkedButton()
+        return button.property("policy") if button else None
+
+    def show_policy(self, policy: str) -> None:
+        button = self.buttons[policy]
+        if not button.isChecked():
+            button.setChecked(True)
+
+
+class SchedulerControls(QtWidgets.QGroupBox):
+    """`apply(**changes)` is the scheduler's reconfigure; `show_config` syncs from whatever changed it.
+
+    The policy switch is a separate widget (the window puts it in its header) driven from here.
+    """
+
+    changed = QtCore.Signal(object)  # the SchedulerConfig just asked for
+
+    def __init__(self, apply: Callable[..., SchedulerConfig], parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Scheduler knobs", parent)
+        self._apply = apply
+        self.switch = PolicySwitch()
+        self.switch.requested.connect(lambda policy: self._request(policy=policy))
+        self.buttons = self.switch.buttons
+        self.max_batch = self._spin(1, MAX_LANES, "Most sequences in one step (lanes)")
+        self.prefill_chunk = self._spin(1, 65536, "Prompt tokens one step may carry beside its decodes", step=64)
+        self.kv_budget = self._spin(0, 10_000_000, "KV tokens the scheduler may hand out (0 = all the engine has)",
+                                    step=1024)
+        self.kv_budget.setSpecialValueText("all")
+        self.max_batch.valueChanged.connect(lambda v: self._request(max_batch=int(v)))
+        self.prefill_chunk.valueChanged.connect(lambda v: self._request(prefill_chunk=int(v)))
+        self.kv_budget.valueChanged.connect(lambda v: self._request(kv_budget=int(v) or None))
+        self.message = QtWidgets.QLabel("Changes apply at the next step; PUT /v1/scheduler does the same.")
+        self.message.setWordWrap(True)
+        self.message.setStyleSheet(f"color: {theme.TEXT_DIM}")
+
+        knobs = QtWidgets.QFormLayout()
+        knobs.addRow("max batch width", self.max_batch)
+        knobs.addRow("prefill chunk (tokens)", self.prefill_chunk)
+        knobs.addRow("KV budget (tokens)", self.kv_budget)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addLayout(knobs)
+        layout.addWidget(self.message)
+        self._shown: SchedulerConfig | None = None
+
+    def _spin(self, lo: int, hi: int, tip: str, step: int = 1) -> QtWidgets.QSpinBox:
+        spin = QtWidgets.QSpinBox()
+        spin.setRange(lo, hi)
+        spin.setSingleStep(step)
+        spin.setKeyboardTracking(False)
+        spin.setToolTip(tip)
+        spin.setAccelerated(True)
+        return spin
+
+    def set_limits(self, max_lanes: int, kv_capacity: int) -> None:
+        for spin, hi in ((self.max_batch, max_lanes), (self.kv_budget, kv_capacity)):
+            spin.blockSignals(True)
+            spin.setMaximum(max(1, hi))
+            spin.blockSignals(False)
+
+    @property
+    def policy(self) -> str | None:
+        return self.switch.policy
+
+    def _request(self, **changes: object) -> None:
+        try:
+            config = self._apply(**changes)
+        except (ValueError, RuntimeError) as exc:
+            self.message.setText(f"Not applied: {exc}")
+            self.message.setStyleSheet("color: #ff8a80")
+            if self._shown is not None:
+                self.show_config(self._shown, force=True)
+            return
+        self.message.setText("Applied; takes effect at the next step.")
+        self.message.setStyleSheet(f"color: {theme.TEXT_DIM}")
+        self.show_config(config, force=True)
+        self.changed.emit(config)
+
+    def show_config(self, config: SchedulerConfig, force: bool = False) -> None:
+        """Syncs the widgets to a config (from the panel or HTTP); leaves a knob being edited alone."""
+        if config == self._shown and not force:
+            return
+        self._shown = config
+        self.switch.show_policy(config.policy)
+        for spin, value in ((self.max_batch, config.max_batch), (self.prefill_chunk, config.prefill_chunk),
+                            (self.kv_budget, config.kv_budget or 0)):
+            if spin.value() != value and (force or not spin.hasFocus()):
+                spin.blockSignals(True)
+                spin.setValue(value)
+                spin.blockSignals(False)

@@ -1,0 +1,353 @@
+"""The main window: composes the panels and owns the one timer that pulls snapshots."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.service import SwarmService
+from runtime.config import SchedulerConfig
+from runtime.fit import StepLine
+from ui import theme
+from ui.ab_run import ABRun
+from ui.agents_table import agent_rows
+from ui.controls import SchedulerControls
+from ui.endpoint_panel import EndpointPanel
+from ui.engine_panel import EnginePanel, Loader
+from ui.export import export_figures, export_png
+from ui.lane_timeline import LaneTimeline
+from ui.plots import PlotsPanel
+from ui.settings_store import SettingsStore
+from ui.status_bar import StatusBar
+from ui.step_feed import StepFeed
+from ui.swarm_launcher import SwarmLauncher
+
+log = logging.getLogger(__name__)
+
+REFRESH_HZ = 15
+SLOW_EVERY = 6  # table, status bar and step-line fit: every sixth refresh (about 2.5 Hz)
+
+
+class KpiStrip(QtWidgets.QWidget):
+    """The story in five numbers, big: useful vs padding tok/s, utilization, occupancy, queue."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        self.labels: dict[str, QtWidgets.QLabel] = {}
+        for key, title, colour in (("tok_s", "useful tok/s", theme.USEFUL), ("padding_tok_s", "padding tok/s", theme.PADDING),
+                                   ("utilization", "utilization", theme.MINT), ("ceiling", "ceiling tok/s", theme.MINT),
+                                   ("occupancy", "occupancy", theme.USEFUL), ("queue", "waiting", theme.QUEUE)):
+            box = QtWidgets.QVBoxLayout()
+            value = QtWidgets.QLabel("–")
+            value.setStyleSheet(f"color: {colour}; font-size: 20pt; font-weight: bold")
+            caption = QtWidgets.QLabel(title)
+            caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
+            box.addWidget(value)
+            box.addWidget(caption)
+            layout.addLayout(box)
+            layout.addStretch(1)
+            self.labels[key] = value
+
+    def update_from(self, feed: StepFeed) -> None:
+        for key, label in self.labels.items():
+            value = feed.latest(key)
+            if math.isnan(value):
+                label.setText("–")
+            elif key in ("utilization", "occupancy"):
+                label.setText(f"{value:.0f}%")
+            else:
+                label.setText(f"{value:.0f}")
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    closed = QtCore.Signal()
+    engine_loaded = QtCore.Signal(object)  # None or the error message
+
+    def __init__(self, service: SwarmService, store: SettingsStore | None = None, refresh_hz: float = REFRESH_HZ) -> None:
+        super().__init__()
+        self.service = service
+        self.store = store
+        self.setWindowTitle("swarm-panel: continuous batching for a local agent swarm")
+        self.feed = StepFeed()
+        self.url: str | None = None
+        self._loading = False
+        self._ticks = 0
+        self.refresh_seconds: list[float] = []
+
+        self.controls = SchedulerControls(self.apply_scheduler)
+        self.kpis = KpiStrip()
+        self.plots = PlotsPanel()
+        self.timeline = LaneTimeline()
+        self.launcher = SwarmLauncher(lambda: self.service.engine_thread)
+        self.ab = ABRun(self.feed, self.apply_scheduler, self.launcher, self._current_policy, self._ceiling)
+        self.engine_panel = EnginePanel()
+        self.endpoint = EndpointPanel()
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+        self._build_layout()
+        self._build_menu()
+
+        self.loader = Loader(self)
+        self.loader.done.connect(self._load_done)
+        self.engine_panel.load_requested.connect(self.load_engine)
+        self.engine_panel.unload_requested.connect(self.unload_engine)
+        self.endpoint.api_key_changed.connect(self._api_key_changed)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(round(1000 / refresh_hz))
+        self.timer.timeout.connect(self.refresh)
+        self._restore()
+        if service.loaded:
+            self._engine_ready()
+        self.timer.start()
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def _build_layout(self) -> None:
+        left = QtWidgets.QVBoxLayout()
+        left.addWidget(self.controls)
+        left.addWidget(self.launcher)
+        left.addWidget(self.ab, 1)
+        right = QtWidgets.QVBoxLayout()
+        right.addWidget(self.engine_panel)
+        right.addWidget(self.endpoint, 1)
+        splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        splitter.addWidget(self.plots)
+        splitter.addWidget(self.timeline)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        center = QtWidgets.QVBoxLayout()
+        center.setContentsMargins(0, 0, 0, 0)
+        center.addWidget(splitter, 1)
+        columns = QtWidgets.QHBoxLayout()
+        for column, width in ((left, 330), (center, None), (right, 490)):
+            holder = QtWidgets.QWidget()
+            holder.setLayout(column)
+            if width:
+                holder.setFixedWidth(width)
+            columns.addWidget(holder, 0 if width else 1)
+        header = QtWidgets.QHBoxLayout()
+        caption = QtWidgets.QLabel("batching policy")
+        caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
+        switch_box = QtWidgets.QVBoxLayout()
+        switch_box.addWidget(self.controls.switch)
+        switch_box.addWidget(caption)
+        header.addLayout(switch_box)
+        header.addSpacing(24)
+        header.addWidget(self.kpis, 1)
+        root = QtWidgets.QVBoxLayout()
+        root.addLayout(header)
+        root.addLayout(columns, 1)
+        central = QtWidgets.QWidget()
+        central.setLayout(root)
+        self.setCentralWidget(central)
+        self.resize(1680, 1000)
+
+    def _build_menu(self) -> None:
+        menu = self.menuBar().addMenu("&File")
+        for text, slot, shortcut in (("Export figures (CSV/JSON)…", self._export_figures_dialog, "Ctrl+E"),
+                                     ("Export plots (PNG)…", self._export_png_dialog, "Ctrl+P"),
+                                     ("Quit", self.close, "Ctrl+Q")):
+            action = QtGui.QAction(text, self)
+            action.setShortcut(shortcut)
+            action.triggered.connect(slot)
+            menu.addAction(action)
+
+    # -- scheduler -------------------------------------------------------------------------------
+
+    def apply_scheduler(self, **changes: object) -> SchedulerConfig:
+        if not self.service.loaded:
+            raise RuntimeError("no engine is loaded")
+        return self.service.engine_thread.reconfigure(**changes)
+
+    def _current_policy(self) -> str:
+        return self.service.engine_thread.config.policy if self.service.loaded else ""
+
+    def _ceiling(self) -> float | None:
+        value = self.feed.latest("ceiling")
+        return None if math.isnan(value) else value
+
+    # -- the one timer -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        started = time.perf_counter()
+        thread = None
+        if self.service.loaded and not self._loading:
+            try:
+                thread = self.service.engine_thread
+            except RuntimeError:
+                thread = None
+        if thread is not None:
+            config = thread.config
+            self.controls.show_config(config)
+            self.feed.note_config(config)
+            self.feed.pull(self.service.metrics)
+            self.feed.tick(waiting=thread.num_waiting)
+        policy = thread.config.policy if thread is not None else ""
+        self.plots.refresh(self.feed)
+        self.timeline.refresh(self.feed, policy)
+        self.kpis.update_from(self.feed)
+        if self._ticks % SLOW_EVERY == 0:
+            self._refresh_slow(thread)
+        self._ticks += 1
+        self.refresh_seconds.append(time.perf_counter() - started)
+        if len(self.refresh_seconds) > 4096:
+            del self.refresh_seconds[:2048]
+
+    def _refresh_slow(self, thread) -> None:
+        snapshot = self.service.metrics.snapshot()
+        line = snapshot.step_line
+        profile = getattr(self.service.engine, "profile", None) if self.service.loaded else None
+        if line is not None:
+            self.feed.ceiling_per_batch = line.ceiling_tok_s
+        else:  # no fit yet (a naive batch runs at one width): the modeled card's own line
+            self.feed.ceiling_per_batch = profile.ceiling_tok_s if profile is not None else None
+        max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
+        model_line = StepLine(profile.floor_ms, profile.per_row_ms, 0) if profile is not None else None
+        self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line)
+        inflight = self.service.inflight.snapshot()
+        lanes = thread.lanes() if thread is not None else ()
+        lane_states = {lane.agent: lane.state for lane in lanes if lane.agent and lane.state != "idle"}
+        self.endpoint.set_agents(len(inflight), agent_rows(snapshot.agents, inflight, lane_states))
+        self.last_snapshot = snapshot
+
+    # -- engine loading --------------------------------------------------------------------------
+
+    def start_engine(self) -> None:
+        """Loads the engine the service's settings name, off the GUI thread."""
+        if self.service.loaded:
+            self._engine_ready()
+            self.engine_loaded.emit(None)
+            return
+        self._begin_load("Loading the engine…", self.service.start)
+
+    def load_engine(self, changes: dict) -> None:
+        self.launcher.stop()
+        self._begin_load("Loading… (in-flight requests are failed and retried by agents)",
+                         lambda: self.service.reload(**changes))
+
+    def unload_engine(self) -> None:
+        self.launcher.stop()
+        self.service.stop()
+        self.engine_panel.show_facts(None)
+
+    def _begin_load(self, text: str, work) -> None:
+        self._loading = True
+        self.engine_panel.set_busy(text)
+        self.loader.run(work)
+
+    def _load_done(self, error: str | None) -> None:
+        self._loading = False
+        if error is not None:
+            self.engine_panel.set_error(error)
+        else:
+            self._engine_ready()
+        self.engine_loaded.emit(error)
+
+    def _engine_ready(self) -> None:
+        self.engine_panel.show_facts(self.service.describe())
+        settings = self.service.settings
+        self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None)
+        if self.service.loaded:
+            engine = self.service.engine
+            self.controls.set_limits(engine.max_lanes, engine.kv_capacity)
+            self.controls.show_config(self.service.engine_thread.config, force=True)
+            self.feed.note_config(self.service.engine_thread.config)
+
+    # -- endpoint --------------------------------------------------------------------------------
+
+    def set_endpoint(self, url: str | None, note: str = "") -> None:
+        self.url = url
+        self.launcher.url = url
+        self.endpoint.set_url(url, note)
+        self.status.show_address(url)
+
+    def _api_key_changed(self, key: str) -> None:
+        self.launcher.api_key = key or None
+        self.api_key_requested(key)
+
+    def api_key_requested(self, key: str) -> None:
+        """Overridden by the app (it restarts the HTTP server with the key); nothing to do without one."""
+
+    # -- export ----------------------------------------------------------------------------------
+
+    def export_figures(self, path: str) -> None:
+        snapshot = self.service.metrics.snapshot()
+        extra = {"scheduler": None, "engine": self.service.describe(), "ab_results": self.ab.chart.results,
+                 "endpoint": self.url}
+        if self.service.loaded:
+            c = self.service.engine_thread.config
+            extra["scheduler"] = {"policy": c.policy, "max_batch": c.max_batch, "prefill_chunk": c.prefill_chunk,
+                                  "kv_budget": c.kv_budget}
+        export_figures(path, snapshot, self.feed, extra)
+
+    def export_plots(self, path: str) -> None:
+        export_png(path, self.centralWidget())
+
+    def _export_figures_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export figures", "swarm-panel-figures.json",
+                                                        "JSON (*.json);;CSV (*.csv)")
+        if path:
+            self._guard(self.export_figures, path)
+
+    def _export_png_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export plots", "swarm-panel-plots.png", "PNG (*.png)")
+        if path:
+            self._guard(self.export_plots, path)
+
+    def _guard(self, action, path: str) -> None:
+        try:
+            action(path)
+        except OSError as exc:
+            QtWidgets.QMessageBox.warning(self, "Export failed", str(exc))
+        else:
+            self.statusBar().showMessage(f"Wrote {path}", 5000)
+
+    # -- settings and shutdown -------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        if self.store is None:
+            return
+        geometry = self.store.geometry()
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        self.launcher.set_values(self.store.get("swarm", {}))
+        self.ab.seconds.setValue(int(self.store.get("ab_seconds", self.ab.seconds.value())))
+        self.engine_panel.path.setText(self.store.get("model_path", "") or "")
+
+    def save_settings(self) -> None:
+        if self.store is None:
+            return
+        self.store.set_geometry(self.saveGeometry())
+        self.store.set("swarm", self.launcher.values())
+        self.store.set("ab_seconds", self.ab.seconds.value())
+        settings = self.service.settings
+        self.store.set("engine", settings.engine)
+        model = self.engine_panel.path.text().strip() or (str(settings.model) if settings.model else "")
+        self.store.set("model_path", model)
+        if self.service.loaded:
+            c = self.service.engine_thread.config
+            self.store.set("scheduler", {"policy": c.policy, "max_batch": c.max_batch,
+                                         "prefill_chunk": c.prefill_chunk, "kv_budget": c.kv_budget})
+        self.store.sync()
+
+    def shutdown(self) -> None:
+        """Stops the timer, the swarm, the A/B run and the engine; the app stops the HTTP server."""
+        self.timer.stop()
+        if self.ab.running:
+            self.ab.abort()
+        self.launcher.stop()  # agents stop asking; stopping the engine below ends their open requests
+        try:
+            self.save_settings()
+        except Exception:  # never let a settings problem keep the engine running
+            log.exception("could not save settings")
+        self.service.stop()
+
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt API)
+        self.shutdown()
+        event.accept()
+        self.closed.emit()

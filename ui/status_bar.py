@@ -1,0 +1,33 @@
+"""Status bar: the fitted step line t(B) = a + b*B, the ceiling it implies, step rate, address."""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from runtime.fit import StepLine
+
+
+class StatusBar(QtWidgets.QStatusBar):
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.step_line = QtWidgets.QLabel("t(B): waiting for decode steps at two widths")
+        self.ceiling = QtWidgets.QLabel("ceiling: –")
+        self.rate = QtWidgets.QLabel("0 steps/s")
+        self.address = QtWidgets.QLabel("not listening")
+        for label in (self.step_line, self.ceiling, self.rate):
+            self.addWidget(label)
+        self.addPermanentWidget(self.address)
+
+    def show_figures(self, line: StepLine | None, max_batch: int, step_rate: float, mean_step_ms: float,
+                     model_line: StepLine | None = None) -> None:
+        """model_line: the engine's own cost model, shown until decode steps at two widths allow a fit."""
+        if line is not None:
+            self.step_line.setText(f"fitted step line {line} ({line.points} steps)")
+            self.ceiling.setText(f"ceiling at B={max_batch}: {line.ceiling_tok_s(max_batch):.0f} tok/s")
+        elif model_line is not None:
+            self.step_line.setText(f"cost model {model_line} (fit needs decode steps at two widths)")
+            self.ceiling.setText(f"ceiling at B={max_batch}: {model_line.ceiling_tok_s(max_batch):.0f} tok/s")
+        self.rate.setText(f"engine: {step_rate:.1f} steps/s, {mean_step_ms:.1f} ms/step")
+
+    def show_address(self, url: str | None) -> None:
+        self.address.setText(url or "not listening")

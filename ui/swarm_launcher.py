@@ -1,0 +1,245 @@
+"""The built-in swarm launcher: N agents, a length preset, a spread knob.
+
+With the endpoint up it runs app.swarm's agents over HTTP on the asyncio loop, exactly like external
+agents; without one (tests, no server) it falls back to an in-process closed loop on the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from PySide6 import QtCore, QtWidgets
+
+from runtime.workload import ARTICLE_LENGTHS
+from ui import theme
+from ui.local_swarm import LocalSwarm
+
+log = logging.getLogger(__name__)
+
+OPEN_ENDED_S = 7 * 24 * 3600.0  # the launcher's swarm runs until stopped
+
+FALLBACK_PRESETS: dict[str, tuple[int, ...]] = {
+    "article": ARTICLE_LENGTHS,
+    "tool calls": (16, 24, 32, 40, 48, 64, 80, 96),
+    "long plans": (400, 600, 800, 1000, 1200, 1600),
+}
+PRESET_TIPS = {"article": "the article's eight agents, 40..900 tokens", "tool calls": "short tool calls",
+               "long plans": "long reasoning plans", "custom": "your own comma-separated lengths"}
+
+
+def length_presets() -> dict[str, tuple[int, ...]]:
+    try:
+        from app.swarm import LENGTH_PRESETS
+    except ImportError:
+        return dict(FALLBACK_PRESETS)
+    return dict(LENGTH_PRESETS)
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(part) for part in text.replace(";", ",").replace(" ", ",").split(",") if part)
+    except ValueError as exc:
+        raise ValueError(f"lengths must be whole numbers separated by commas: {text!r}") from exc
+    if not lengths or min(lengths) < 1:
+        raise ValueError("lengths must be a non-empty list of positive token counts")
+    return lengths
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        return None
+    return loop if loop.is_running() else None
+
+
+class SwarmLauncher(QtWidgets.QGroupBox):
+    started = QtCore.Signal(str)  # "http" or "local"
+    finished = QtCore.Signal(dict)
+
+    def __init__(self, engine_thread: Callable[[], Any], parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Swarm launcher", parent)
+        self._engine_thread = engine_thread
+        self.url: str | None = None
+        self.api_key: str | None = None
+        self.presets = length_presets()
+        self.agents = QtWidgets.QSpinBox()
+        self.agents.setRange(1, 64)
+        self.agents.setValue(8)
+        self.preset = QtWidgets.QComboBox()
+        for name in [*self.presets, "custom"]:
+            self.preset.addItem(name)
+            self.preset.setItemData(self.preset.count() - 1, PRESET_TIPS.get(name, ""), QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.lengths = QtWidgets.QLineEdit(", ".join(map(str, ARTICLE_LENGTHS)))
+        self.lengths.setToolTip("output tokens per request, cycled across agents and turns")
+        self.spread = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
+        self.spread.setRange(0, 30)
+        self.spread.setValue(10)
+        self.spread_label = QtWidgets.QLabel()
+        self.spread.valueChanged.connect(self._spread_changed)
+        self.preset.currentTextChanged.connect(self._preset_changed)
+        self.button = QtWidgets.QPushButton("Start swarm")
+        self.button.setObjectName("primary")
+        self.button.clicked.connect(self.toggle)
+        self.status = QtWidgets.QLabel("idle")
+        self.status.setWordWrap(True)
+        self.status.setStyleSheet(f"color: {theme.TEXT_DIM}")
+
+        spread_row = QtWidgets.QHBoxLayout()
+        spread_row.addWidget(self.spread, 1)
+        spread_row.addWidget(self.spread_label)
+        form = QtWidgets.QFormLayout()
+        form.addRow("agents", self.agents)
+        form.addRow("lengths", self.preset)
+        form.addRow("", self.lengths)
+        form.addRow("spread", spread_row)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.button)
+        layout.addWidget(self.status)
+        self._local: LocalSwarm | None = None
+        self._task: asyncio.Future | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._spread_changed(self.spread.value())
+        self._preset_changed(self.preset.currentText())
+
+    # -- values --------------------------------------------------------------------------------
+
+    def _spread_changed(self, value: int) -> None:
+        self.spread_label.setText(f"{value / 10:.1f}")
+
+    def _preset_changed(self, name: str) -> None:
+        custom = name == "custom"
+        self.lengths.setReadOnly(not custom)
+        if not custom:
+            self.lengths.setText(", ".join(map(str, self.presets[name])))
+            self.lengths.setCursorPosition(0)
+
+    def values(self) -> dict[str, Any]:
+        return {"agents": self.agents.value(), "preset": self.preset.currentText(), "lengths": self.lengths.text(),
+                "spread": self.spread.value() / 10}
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        if "agents" in values:
+            self.agents.setValue(int(values["agents"]))
+        if values.get("preset") in [*self.presets, "custom"]:
+            self.preset.setCurrentText(values["preset"])
+        if values.get("preset") == "custom" and values.get("lengths"):
+            self.lengths.setText(str(values["lengths"]))
+        if "spread" in values:
+            self.spread.setValue(round(float(values["spread"]) * 10))
+
+    # -- running -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._local is not None or (self._task is not None and not self._task.done())
+
+    def toggle(self) -> None:
+        if self.running:
+            self.stop()
+        else:
+            self.start()
+
+    def start(self) -> str | None:
+        """Starts the swarm; returns "http" or "local", or None with the reason shown."""
+        if self.running:
+            return "http" if self._task is not None else "local"
+        try:
+            lengths = parse_lengths(self.lengths.text())
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            return None
+        agents, spread = self.agents.value(), self.spread.value() / 10
+        loop = _running_loop()
+        mode = "local"
+        if self.url and loop is not None:
+            try:
+                from app.swarm import SwarmConfig, run_swarm
+            except ImportError:
+                pass
+            else:
+                try:
+                    config = SwarmConfig(url=self.url, agents=agents, lengths=lengths, spread=spread,
+                                         api_key=self.api_key or None, seconds=OPEN_ENDED_S)
+                except ValueError as exc:
+                    self.status.setText(f"Cannot start: {exc}")
+                    return None
+                self._stop_event = asyncio.Event()
+                self._task = asyncio.ensure_future(run_swarm(config, self._stop_event))
+                self._task.add_done_callback(self._http_done)
+                mode = "http"
+        if mode == "local":
+            try:
+                self._local = LocalSwarm(self._engine_thread(), agents=agents, lengths=lengths, spread=spread)
+            except (RuntimeError, ValueError) as exc:
+                self.status.setText(f"Cannot start: {exc}")
+                return None
+            self._local.start()
+        where = f"over HTTP at {self.url}" if mode == "http" else "in-process (no endpoint)"
+        self.status.setText(f"{agents} agents running {where}")
+        self.button.setText("Stop swarm")
+        self.started.emit(mode)
+        return mode
+
+    def stop(self) -> None:
+        """Agents send no new requests; the ones streaming finish (or fail when the engine stops)."""
+        if self._local is not None:
+            local, self._local = self._local, None
+            local.stop()
+            self._finish({"requests": local.requests, "errors": local.errors, "tokens": local.tokens})
+        if self._stop_event is not None and not self._stop_event.is_set():
+            self._stop_event.set()
+            self.status.setText("Stopping: agents finish their current requests…")
+
+    async def stop_and_wait(self, timeout: float = 5.0) -> None:
+        """Stops and waits for the agents to end; cancels them if they take longer than `timeout`."""
+        self.stop()
+        task = self._task
+        if task is None or task.done():
+            return
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        if not done:
+            children = _agent_tasks()
+            for t in (task, *children):
+                t.cancel()
+            await asyncio.wait([task, *children], timeout=5.0)
+
+    def _http_done(self, task: asyncio.Future) -> None:
+        self._task = None
+        self._stop_event = None
+        if task.cancelled():
+            self._finish({"stopped": True})
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.warning("swarm failed: %s", exc)
+            self._finish({"error": str(exc)})
+            return
+        report = task.result()
+        self._finish(report.as_dict() if hasattr(report, "as_dict") else dict(report))
+
+    def _finish(self, report: dict) -> None:
+        self.button.setText("Start swarm")
+        if "error" in report:
+            self.status.setText(f"Swarm stopped: {report['error']}")
+        elif report.get("stopped"):
+            self.status.setText("Swarm stopped")
+        else:
+            tok_s = f", {report['tok_s']:.0f} tok/s" if isinstance(report.get("tok_s"), (int, float)) else ""
+            self.status.setText(f"Done: {report.get('requests', 0)} requests, {report.get('errors', 0)} errors{tok_s}")
+        self.finished.emit(report)
+
+
+def _agent_tasks() -> list[asyncio.Task]:
+    """The swarm's per-agent tasks: run_swarm does not cancel them when it is cancelled itself, so a
+    closing window cancels them too (a cancelled agent closes its connection, as a client going away)."""
+    try:
+        from app.swarm import _Swarm
+    except ImportError:
+        return []
+    code = _Swarm.agent.__code__
+    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "cr_code", None) is code and not t.done()]
