@@ -237,14 +237,17 @@ async def run_swarm(config: SwarmConfig, stop: asyncio.Event | None = None) -> S
     async with httpx.AsyncClient(base_url=config.url, headers=headers, limits=limits,
                                  timeout=httpx.Timeout(config.timeout_s, connect=10.0)) as client:
         tasks = [asyncio.create_task(swarm.agent(client, a)) for a in range(config.agents)]
-        if config.seconds is not None:
-            # Requests still streaming at the deadline are cut off: the window is what is measured.
-            _, pending = await asyncio.wait(tasks, timeout=max(swarm.deadline - time.monotonic(), 0))
-            for task in pending:
+        try:
+            if config.seconds is not None:
+                # Requests still streaming at the deadline are cut off: the window is what is measured.
+                await asyncio.wait(tasks, timeout=max(swarm.deadline - time.monotonic(), 0))
+            else:
+                await asyncio.gather(*tasks)
+        finally:
+            # Also when run_swarm itself is cancelled: each agent hangs up like a client going away.
+            for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        else:
-            await asyncio.gather(*tasks)
     seconds = time.monotonic() - started
     return _report(config, swarm, seconds)
 

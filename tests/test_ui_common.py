@@ -15,9 +15,13 @@ FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms
 SHORT_LENGTHS = (4, 9, 15, 22, 30, 48, 65, 90)
 
 
-def fast_service(**overrides) -> SwarmService:
+# A fifth of the article's cost: steps long enough that the policies' gaps beat Python's own overhead.
+STEADY_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 3.4, "per_row_ms": 0.22})
+
+
+def fast_service(card=FAST_CARD, **overrides) -> SwarmService:
     values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "max_batch": 8, "policy": "naive"} | overrides
-    return SwarmService(Settings(**values), engine_factory=lambda s: ModeledEngine(FAST_CARD, realtime=True,
+    return SwarmService(Settings(**values), engine_factory=lambda s: ModeledEngine(card, realtime=True,
                                                                                   max_lanes=64))
 
 
@@ -27,14 +31,19 @@ def no_user_config(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def window(qtbot, no_user_config, tmp_path):
+def card():
+    return FAST_CARD
+
+
+@pytest.fixture
+def window(qtbot, no_user_config, tmp_path, card):
     """The real main window on a started fast service, settings in a throwaway file."""
     from ui import theme
     from ui.main_window import MainWindow
     from ui.settings_store import SettingsStore
 
     theme.configure_pyqtgraph()
-    service = fast_service()
+    service = fast_service(card)
     service.start()
     win = MainWindow(service, SettingsStore(tmp_path / "panel.ini"))
     qtbot.addWidget(win)

@@ -11,7 +11,7 @@ import pytest
 
 from app.http_server import ThreadedHttpServer
 from ui.local_swarm import LocalSwarm
-from tests.test_ui_common import SHORT_LENGTHS, no_user_config, window  # noqa: F401 (fixtures)
+from tests.test_ui_common import STEADY_CARD, SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
 
 
 def start_load(win, agents: int = 8) -> LocalSwarm:
@@ -125,12 +125,13 @@ def test_the_swarm_launcher_drives_the_endpoint_over_http(window, qtbot):
     assert rows is not None
 
 
+@pytest.mark.parametrize("card", [STEADY_CARD])
 def test_ab_run_draws_a_bar_per_policy(window, qtbot):
     window.launcher.lengths.setText(", ".join(map(str, SHORT_LENGTHS)))
     window.launcher.preset.setCurrentText("custom")
     window.launcher.lengths.setText(", ".join(map(str, SHORT_LENGTHS)))
-    with qtbot.waitSignal(window.ab.finished, timeout=15000) as blocker:
-        assert window.ab.start(seconds=1.5)
+    with qtbot.waitSignal(window.ab.finished, timeout=25000) as blocker:
+        assert window.ab.start(seconds=2.5)
     results = {r["policy"]: r for r in blocker.args[0]}
     assert set(results) == {"naive", "shrinking", "continuous"}
     assert results["continuous"]["tok_s"] > results["naive"]["tok_s"]
@@ -224,3 +225,22 @@ def test_settings_persist_between_runs(window, tmp_path):
     settings = _settings(store, None, None, 0, None)
     assert (settings.policy, settings.max_batch, settings.engine) == ("continuous", 16, "modeled")
     assert _settings(store, None, None, 0, "naive").policy == "naive"  # a flag wins
+
+
+def test_cache_panel_shows_reuse_and_its_switch_follows_the_scheduler(window, qtbot):
+    from runtime.request import Request, SamplingParams
+
+    thread = window.service.engine_thread
+    for _ in range(2):
+        done = []
+        request = Request(list(range(10, 110)), SamplingParams(max_tokens=4), agent="agent-x")
+        request.listener = lambda out, done=done: out.finished and done.append(out)
+        thread.submit(request)
+        qtbot.waitUntil(lambda done=done: bool(done), timeout=3000)
+    # The second prompt reuses all but its last token (which must be computed to sample from).
+    qtbot.waitUntil(lambda: "99 reused" in window.cache_panel.figures.text(), timeout=3000)
+    qtbot.waitUntil(lambda: np.nanmax(window.plots.series("kv_cached_pct")) > 0, timeout=3000)
+    window.cache_panel.enabled.setChecked(False)
+    assert thread.config.prefix_cache is False
+    thread.reconfigure(prefix_cache=True)
+    qtbot.waitUntil(window.cache_panel.enabled.isChecked, timeout=2000)

@@ -14,6 +14,7 @@ from runtime.fit import StepLine
 from ui import theme
 from ui.ab_run import ABRun
 from ui.agents_table import agent_rows
+from ui.cache_panel import CachePanel
 from ui.controls import SchedulerControls
 from ui.endpoint_panel import EndpointPanel
 from ui.engine_panel import EnginePanel, Loader
@@ -86,6 +87,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.launcher = SwarmLauncher(lambda: self.service.engine_thread)
         self.ab = ABRun(self.feed, self.apply_scheduler, self.launcher, self._current_policy, self._ceiling)
         self.engine_panel = EnginePanel()
+        self.cache_panel = CachePanel(self.apply_scheduler)
         self.endpoint = EndpointPanel()
         self.status = StatusBar()
         self.setStatusBar(self.status)
@@ -114,6 +116,7 @@ class MainWindow(QtWidgets.QMainWindow):
         left.addWidget(self.ab, 1)
         right = QtWidgets.QVBoxLayout()
         right.addWidget(self.engine_panel)
+        right.addWidget(self.cache_panel)
         right.addWidget(self.endpoint, 1)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.plots)
@@ -184,6 +187,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if thread is not None:
             config = thread.config
             self.controls.show_config(config)
+            self.cache_panel.show_config(config)
             self.feed.note_config(config)
             self.feed.pull(self.service.metrics)
             self.feed.tick(waiting=thread.num_waiting)
@@ -209,6 +213,7 @@ class MainWindow(QtWidgets.QMainWindow):
         max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
         model_line = StepLine(profile.floor_ms, profile.per_row_ms, 0) if profile is not None else None
         self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line)
+        self.cache_panel.update_from(snapshot)
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()
         lane_states = {lane.agent: lane.state for lane in lanes if lane.agent and lane.state != "idle"}

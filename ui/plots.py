@@ -31,7 +31,8 @@ PLOTS = {
         ("padding", "padding lanes", theme.PADDING, False, 2.0, False),
         ("queue", "waiting queue", theme.QUEUE, True, 1.5, False)]),
     "kv": ("KV cache", "KV %", [
-        ("kv_pct", "KV used %", theme.KV, False, 2.0, True)]),
+        ("kv_pct", "live KV %", theme.KV, False, 2.0, True),
+        ("kv_cached_pct", "cached for reuse %", theme.PREFILL, True, 1.5, False)]),
     "utilization": ("Utilization", "%", [
         ("utilization", "utilization (useful / width held)", theme.MINT, False, 2.0, False),
         ("occupancy", "occupancy (live / max batch)", theme.USEFUL, True, 1.5, False)]),
@@ -110,7 +111,7 @@ class PlotsPanel(QtWidgets.QWidget):
             curve.setData(t_visible, ticks.column(key)[lo:], skipFiniteCheck=False)
         for plot in self.plots.values():
             plot.setXRange(start, end, padding=0)
-        kv = ticks.column("kv_pct")[lo:]
+        kv = np.concatenate((ticks.column("kv_pct")[lo:], ticks.column("kv_cached_pct")[lo:]))
         top = max(2.0, float(np.nanmax(kv)) * 1.3 if len(kv) else 2.0)
         if not math.isclose(top, self._kv_top, rel_tol=0.15):
             self._kv_top = min(top, 100.0)
@@ -119,7 +120,9 @@ class PlotsPanel(QtWidgets.QWidget):
         if not math.isnan(kv_used):
             capacity = feed.steps.column("kv_capacity", 1)
             cap = int(capacity[0]) if len(capacity) else 0
-            self.kv_text.setText(f"{int(kv_used):,} of {cap:,} tokens ({feed.latest('kv_pct'):.1f}%)")
+            cached = int(feed.latest("kv_cached"))
+            self.kv_text.setText(f"{int(kv_used):,} live + {cached:,} cached of {cap:,} tokens "
+                                 f"({feed.latest('kv_pct'):.1f}% live)")
         self._sync_markers(feed.markers, start)
 
     def _sync_markers(self, markers: list[Marker], oldest: float) -> None:

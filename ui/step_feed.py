@@ -26,10 +26,10 @@ for _char, _code in ((LANE_EMPTY, CODE_IDLE), (LANE_DECODE, CODE_DECODE), (LANE_
     _LANE_CODES[ord(_char)] = _code
 
 STEP_COLUMNS = ("time", "duration", "useful", "padding", "held", "useful_rows", "live", "queue",
-                "kv_used", "kv_capacity", "max_batch", "prefill_tokens")
+                "kv_used", "kv_capacity", "max_batch", "prefill_tokens", "kv_cached")
 # utilization and occupancy in percent here (they are fractions in `window`).
 TICK_COLUMNS = ("t", "tok_s", "padding_tok_s", "ceiling", "utilization", "occupancy", "live", "padding",
-                "held", "queue", "kv_pct", "kv_used", "max_batch")
+                "held", "queue", "kv_pct", "kv_used", "max_batch", "kv_cached_pct", "kv_cached")
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,7 +84,8 @@ class StepFeed:
         lane_rows = np.zeros((len(new), self.max_lanes), dtype=np.uint8)
         for i, s in enumerate(new):
             rows[i] = (s.time - self.t0, s.duration, s.useful_tokens, s.padding_lanes, s.width_held, s.useful_rows,
-                       s.live_lanes, s.queue_depth, s.kv_used, s.kv_capacity, s.max_batch, s.prefill_tokens)
+                       s.live_lanes, s.queue_depth, s.kv_used, s.kv_capacity, s.max_batch, s.prefill_tokens,
+                       s.kv_cached)
             if s.lanes:
                 codes = _LANE_CODES[np.frombuffer(s.lanes.encode("ascii", "replace"), dtype=np.uint8)]
                 n = min(len(codes), self.max_lanes)
@@ -157,16 +158,18 @@ class StepFeed:
             live = padding = held = queue = 0.0
         if len(t):
             kv_used, kv_cap = self.steps.column("kv_used")[-1], self.steps.column("kv_capacity")[-1]
+            kv_cached = self.steps.column("kv_cached")[-1]
             max_batch = self.steps.column("max_batch")[-1]
         else:
-            kv_used, kv_cap, max_batch = 0.0, 0.0, math.nan
+            kv_used, kv_cap, kv_cached, max_batch = 0.0, 0.0, 0.0, math.nan
         if w["steps"] == 0:
             kv_used = 0.0
         if waiting is not None and n == 0:
             queue = float(waiting)
         ceiling = self.ceiling_per_batch(int(max_batch)) if self.ceiling_per_batch and max_batch == max_batch else math.nan
         self.ticks.append((now, w["tok_s"], w["padding_tok_s"], ceiling, 100 * w["utilization"], 100 * w["occupancy"], live,
-                           padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, max_batch))
+                           padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, max_batch,
+                           100.0 * kv_cached / kv_cap if kv_cap else 0.0, kv_cached))
 
     def latest(self, name: str) -> float:
         column = self.ticks.column(name, 1)

@@ -203,10 +203,8 @@ class SwarmLauncher(QtWidgets.QGroupBox):
             return
         done, _ = await asyncio.wait([task], timeout=timeout)
         if not done:
-            children = _agent_tasks()
-            for t in (task, *children):
-                t.cancel()
-            await asyncio.wait([task, *children], timeout=5.0)
+            task.cancel()
+            await asyncio.wait([task], timeout=5.0)
 
     def _http_done(self, task: asyncio.Future) -> None:
         self._task = None
@@ -233,13 +231,3 @@ class SwarmLauncher(QtWidgets.QGroupBox):
             self.status.setText(f"Done: {report.get('requests', 0)} requests, {report.get('errors', 0)} errors{tok_s}")
         self.finished.emit(report)
 
-
-def _agent_tasks() -> list[asyncio.Task]:
-    """The swarm's per-agent tasks: run_swarm does not cancel them when it is cancelled itself, so a
-    closing window cancels them too (a cancelled agent closes its connection, as a client going away)."""
-    try:
-        from app.swarm import _Swarm
-    except ImportError:
-        return []
-    code = _Swarm.agent.__code__
-    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "cr_code", None) is code and not t.done()]
