@@ -150,6 +150,9 @@ def run_closed_loop(
                 raise RuntimeError("the swarm stalled: requests wait but none can ever be admitted")
             clock.wait_until(wake)
     seconds = clock.now() - started
+    # The next run on this engine must start clean: cached sequences would stay in its KV and slow it.
+    scheduler.drop_prefix_cache()
+    loop.step()
     useful = sum(s.useful_tokens for s in steps)
     held = sum(s.width_held for s in steps)
     lane_slots = sum(s.max_batch for s in steps)

@@ -124,3 +124,15 @@ def test_no_sequence_or_kv_leaks_after_500_requests(engine):
     assert sum(r.status is RequestStatus.FINISHED_LENGTH for r in requests) == 490
     assert all(r.is_finished for r in requests)
     assert_no_leaks(loop, engine)
+
+
+def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
+    from runtime.closed_loop import run_closed_loop
+    from runtime.workload import SwarmWorkload
+
+    result = run_closed_loop(engine, SchedulerConfig(policy="continuous", max_batch=4),
+                             SwarmWorkload(agents=4, lengths=(3, 5), requests_per_agent=3, prompt_tokens=12),
+                             RealClock())
+    assert result.requests == 12
+    assert engine.lane_kv_positions() == [-1] * engine.max_lanes
+    assert all(p == -1 for p in engine.cached_kv_positions())
