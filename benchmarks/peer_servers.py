@@ -66,13 +66,15 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     commands = {
         "swarm-panel": [sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
                         "--port", str(port), "--max-batch", str(args.agents), "--n-ctx", str(args.n_ctx),
-                        "--threads", threads, "--policy", "continuous"],
+                        "--threads", threads, "--policy", "continuous", *args.ours_arg],
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
-                         "-c", str(args.n_ctx), "-t", threads, "-tb", threads, "--no-webui"],
+                         "-c", str(args.n_ctx), "-t", threads, "-tb", threads, "--no-webui", *args.peer_arg],
     }
     if importlib.util.find_spec("sse_starlette") and importlib.util.find_spec("starlette_context"):
         commands["llama_cpp.server"] = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                                        "--port", str(port), "--n_ctx", "2048", "--n_threads", threads]
+                                        "--port", str(port), "--n_ctx", "2048", "--n_threads", threads,
+                                        # Its default cancels a running stream whenever a new request arrives.
+                                        "--interrupt_requests", "False"]
     else:
         print("llama_cpp.server skipped: pip install sse-starlette starlette-context", file=sys.stderr)
     return commands
@@ -109,6 +111,10 @@ def main() -> int:
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
+    parser.add_argument("--ours-arg", action="append", default=[],
+                        help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
+    parser.add_argument("--peer-arg", action="append", default=[],
+                        help="extra flag for llama-server (repeatable), e.g. --peer-arg=--kv-unified")
     parser.add_argument("--logs", default="/tmp/peer-bench-logs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
