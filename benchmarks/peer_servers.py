@@ -86,8 +86,10 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_healthy(url, proc)
-        config = SwarmConfig(url=url, agents=args.agents, seconds=args.seconds, lengths=SCALED_LENGTHS,
-                             prompt_tokens=args.prompt_tokens, eos_token_ids=eog)
+        multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
+        config = SwarmConfig(url=url, agents=args.agents, seconds=None if args.turns else args.seconds,
+                             lengths=args.lengths, prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
+                             **(multi_turn if args.turns else {}))
         report = asyncio.run(run_swarm(config))
         return report.as_dict()
     finally:
@@ -108,6 +110,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--lengths", type=lambda t: tuple(int(v) for v in t.split(",")), default=SCALED_LENGTHS)
+    parser.add_argument("--turns", type=int, default=None,
+                        help="multi-turn conversations of this many turns, run to completion (not --seconds)")
+    parser.add_argument("--system-tokens", type=int, default=0, help="shared system prompt, about this many tokens")
+    parser.add_argument("--tool-tokens", type=int, default=64, help="tool result appended each turn")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
@@ -130,11 +137,13 @@ def main() -> int:
             report = run_round(name, command, port, args, eog)
             results.setdefault(name, []).append(report)
             print(f"round {round_index + 1} {name:<17} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
-                  f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms", flush=True)
+                  f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms"
+                  f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  {report['seconds']:.1f} s", flush=True)
     summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
     base = summary.get("swarm-panel")
-    print(f"\n{args.agents} agents, lengths {list(SCALED_LENGTHS)}, {args.seconds:.0f} s x {args.rounds} rounds, "
-          f"model {model.name}")
+    shape = (f"{args.turns} turns, system prompt ~{args.system_tokens} tokens" if args.turns
+             else f"{args.seconds:.0f} s")
+    print(f"\n{args.agents} agents, lengths {list(args.lengths)}, {shape} x {args.rounds} rounds, model {model.name}")
     for name, tok_s in summary.items():
         ratio = f"  swarm-panel / this = {base / tok_s:.2f}x" if base and name != "swarm-panel" and tok_s else ""
         print(f"{name:<17} median {tok_s:7.1f} tok/s{ratio}")
