@@ -21,6 +21,9 @@ from app.server import create_app
 from app.service import SwarmService
 
 GRACEFUL_SHUTDOWN_S = 3.0
+# Longer than clients' own idle expiry (httpx: 5 s), so the client always closes an idle connection
+# first; with equal timeouts a request can race the server's close and die as a ReadError.
+KEEP_ALIVE_S = 75
 
 
 class PortInUse(RuntimeError):
@@ -98,6 +101,7 @@ class HttpServer:
         config = uvicorn.Config(
             self.app, host=self.host, port=self._bound_port, log_config=None, access_log=False, lifespan="off",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, server_header=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = self._server = _EmbeddedServer(config)
         self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="swarm-http")

@@ -195,6 +195,8 @@ class OpenAIServer:
             raise bad_request(str(exc), param=param, code="context_length_exceeded") from None
         except EngineUnavailable as exc:
             raise APIError(503, str(exc), code="engine_unavailable", headers={"Retry-After": "5"}) from None
+        # Left again by run_request, when the response ends however it ends.
+        self.service.inflight.enter(agent)
         return handle
 
     def scheduler_state(self, thread: EngineThread) -> dict[str, Any]:
@@ -281,12 +283,7 @@ def create_app(service: SwarmService) -> FastAPI:
         server.check_prompt_chars(chars, "messages")
         prompt_ids = await server.off_loop_if_long(chars, server.render_chat, engine, messages, tools)
         agent = agent_of(body.user, request)
-        service.inflight.enter(agent)
-        try:
-            handle = server.submit(engine, thread, body, prompt_ids, agent)
-        except BaseException:
-            service.inflight.exit(agent)
-            raise
+        handle = server.submit(engine, thread, body, prompt_ids, agent)
         facts = server.facts(engine)
         fmt = facts.tool_format if tools else None
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -335,12 +332,7 @@ def create_app(service: SwarmService) -> FastAPI:
             prompt_ids = list(prompt)
             echo = engine.detokenize(prompt_ids) if body.echo else ""
         agent = agent_of(body.user, request)
-        service.inflight.enter(agent)
-        try:
-            handle = server.submit(engine, thread, body, prompt_ids, agent)
-        except BaseException:
-            service.inflight.exit(agent)
-            raise
+        handle = server.submit(engine, thread, body, prompt_ids, agent)
         model_id = server.facts(engine).model_id
         response_id = f"cmpl-{uuid.uuid4().hex}"
         stream_body = None

@@ -15,7 +15,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 from starlette.responses import StreamingResponse
@@ -246,17 +246,11 @@ async def chat_stream(
                 num_calls += len(calls)
     except ClientGone:
         return
-    if handle.finish_reason == "error":
-        yield stream_error(handle.error or "the engine failed")
-        yield DONE
-        return
     reason = handle.finish_reason
     if num_calls and reason == "stop":
         reason = "tool_calls"
-    yield delta({}, reason)
-    if chunks.include_usage:
-        yield chunks.usage_chunk(handle)
-    yield DONE
+    for end in _stream_end(handle, chunks, lambda: delta({}, reason)):
+        yield end
 
 
 async def completion_stream(
@@ -277,11 +271,16 @@ async def completion_stream(
                 yield choice(text)
     except ClientGone:
         return
+    for end in _stream_end(handle, chunks, lambda: choice("", handle.finish_reason)):
+        yield end
+
+
+def _stream_end(handle: RequestHandle, chunks: ChunkMaker, final_chunk: Callable[[], bytes]) -> Iterator[bytes]:
+    """An error event, or the finish chunk and usage; then [DONE]."""
     if handle.finish_reason == "error":
         yield stream_error(handle.error or "the engine failed")
-        yield DONE
-        return
-    yield choice("", handle.finish_reason)
-    if chunks.include_usage:
-        yield chunks.usage_chunk(handle)
+    else:
+        yield final_chunk()
+        if chunks.include_usage:
+            yield chunks.usage_chunk(handle)
     yield DONE
