@@ -7,6 +7,7 @@ import logging
 import sys
 
 from app import bench, chaos_cli, demo_model_cli, serve, swarm_cli
+from runtime.engine import EngineLoadError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_gui()
     try:
         return args.run(args)
-    except ValueError as exc:
+    except (ValueError, EngineLoadError) as exc:
         print(f"swarm-panel: error: {exc}", file=sys.stderr)
         return 2
 

@@ -82,6 +82,10 @@ class StepResult:
     errors: dict[int, str] = field(default_factory=dict)
 
 
+class EngineLoadError(RuntimeError):
+    """An engine could not be built: a missing or corrupt model file, or settings it cannot run with."""
+
+
 class EngineError(RuntimeError):
     """The engine could not run a step at all; every request in it fails with this message."""
 

@@ -23,6 +23,7 @@ from runtime.demo_model import CHAT_TEMPLATE
 from runtime.detokenizer import StopStringDetokenizer
 from runtime.engine import (
     EngineError,
+    EngineLoadError,
     KVCacheFull,
     PrefixOp,
     PrefixOpKind,
@@ -42,7 +43,7 @@ KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(EngineLoadError):
     """The model file is missing, unreadable or not a model llama.cpp can run with these settings."""
 
 

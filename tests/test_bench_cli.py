@@ -34,3 +34,15 @@ def test_bench_table_and_overhead_print_figures(capsys):
 def test_bad_arguments_give_a_readable_error(capsys):
     assert main(["bench", "--agents", "0"]) == 2
     assert "agents" in capsys.readouterr().err
+
+
+def test_a_missing_or_corrupt_model_is_a_clear_cli_error(tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"\x00GGUFnot really" * 10)
+    for path in (tmp_path / "absent.gguf", corrupt):
+        assert main(["serve", "--engine", "llama", "--model", str(path), "--port", "0"]) != 0
+        err = capsys.readouterr().err
+        assert "cannot load model" in err and str(path) in err
+    assert main(["bench", "--engine", "llama", "--model", str(tmp_path / "absent.gguf"),
+                 "--requests-per-agent", "1"]) != 0
+    assert "cannot load model" in capsys.readouterr().err
