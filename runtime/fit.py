@@ -24,14 +24,20 @@ class StepLine:
         return f"t(B) = {self.floor_ms:.1f} + {self.per_row_ms:.2f}B ms"
 
 
+MIN_POINTS_PER_WIDTH = 3
+
+
 def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     """Least squares over the per-width medians of (rows, step ms), so no width dominates by count.
 
-    Needs at least two distinct widths; returns None otherwise.
+    Needs at least two widths seen a few times each, and a line that rises with the width (a step
+    cannot get cheaper with more rows; a falling fit is noise from a width seen only in passing);
+    returns None otherwise.
     """
     by_width: dict[int, list[float]] = {}
     for rows, ms in samples:
         by_width.setdefault(rows, []).append(ms)
+    by_width = {w: v for w, v in by_width.items() if len(v) >= MIN_POINTS_PER_WIDTH}
     if len(by_width) < 2:
         return None
     xs = list(by_width)
@@ -40,6 +46,8 @@ def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    if b < 0:
+        return None
     return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(len(v) for v in by_width.values()))
 
 

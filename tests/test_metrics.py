@@ -48,6 +48,9 @@ def test_step_line_fit_recovers_the_cost_model():
     assert line.floor_ms == pytest.approx(CARD.floor_ms)
     assert line.per_row_ms == pytest.approx(CARD.per_row_ms)
     assert fit_step_line([(4, 1.0), (4, 2.0)]) is None
+    # A width seen once or twice in passing does not make a line, nor does one that falls.
+    assert fit_step_line([(8, 30.0)] * 50 + [(1, 100.0)] * 2) is None
+    assert fit_step_line([(8, 30.0)] * 5 + [(1, 100.0)] * 5) is None
 
 
 def test_percentile_nearest_rank():
