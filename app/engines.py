@@ -29,6 +29,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto")
     group.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16")
     group.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    group.add_argument("--no-kv-unified", dest="kv_unified", action="store_false",
+                       help="give each lane its own n_ctx/max-batch share of KV (no prefix reuse)")
 
 
 def build_engine(
@@ -44,6 +46,7 @@ def build_engine(
     flash_attn: str = "auto",
     kv_type: str = "f16",
     threads: int | None = None,
+    kv_unified: bool = True,
 ) -> Engine:
     if kind == "modeled":
         return ModeledEngine(PROFILES[profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
@@ -54,7 +57,9 @@ def build_engine(
     log.info("loading %s", path)
     return LlamaEngine(
         path,
-        max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256),
+        # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
+        max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256) if kv_unified else max_lanes,
+        kv_unified=kv_unified,
         n_ctx=n_ctx,
         n_batch=n_batch,
         n_gpu_layers=n_gpu_layers,
@@ -68,5 +73,5 @@ def engine_from_args(args: argparse.Namespace, *, realtime: bool, max_lanes: int
     return build_engine(
         args.engine, realtime=realtime, max_lanes=max_lanes, profile=args.profile, model=args.model,
         n_ctx=args.n_ctx, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn,
-        kv_type=args.kv_type, threads=args.threads,
+        kv_type=args.kv_type, threads=args.threads, kv_unified=args.kv_unified,
     )

@@ -80,7 +80,7 @@ class SwarmService:
                 engine = self.engine_factory(s) if self.engine_factory is not None else build_engine(
                     s.engine, realtime=True, max_lanes=s.max_batch, profile=s.profile, model=s.model,
                     n_ctx=s.n_ctx, n_batch=s.n_batch, n_gpu_layers=s.n_gpu_layers, flash_attn=s.flash_attn,
-                    kv_type=s.kv_type, threads=s.threads,
+                    kv_type=s.kv_type, threads=s.threads, kv_unified=s.kv_unified,
                 )
             except Exception as exc:
                 self.load_error = str(exc)

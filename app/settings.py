@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="llama.cpp flash attention")
     kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for llama.cpp; none means all cores")
+    kv_unified: bool = Field(
+        True, description="One KV pool every lane may fill and share prefixes from; off gives each lane its own "
+        "n_ctx/max_batch share, cheaper attention on small models, and no prefix reuse")
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")

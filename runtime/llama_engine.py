@@ -76,6 +76,7 @@ class LlamaEngine:
         kv_type: str = "f16",
         n_threads: int | None = None,
         cache_slots: int | None = None,
+        kv_unified: bool = True,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -86,7 +87,11 @@ class LlamaEngine:
         max_seqs = llama_cpp.llama_max_parallel_sequences()
         if not 1 <= max_lanes <= max_seqs:
             raise ValueError(f"max_lanes must be within 1..{max_seqs}, got {max_lanes}")
-        if cache_slots is None:
+        if not kv_unified:
+            # Each sequence gets its own stream of n_ctx / n_seq_max cells; prefixes cannot move between
+            # streams, so there is nothing to cache.
+            cache_slots = 0
+        elif cache_slots is None:
             # As many cached sequences as lanes, within llama.cpp's limit on sequence ids.
             cache_slots = min(max_lanes, max_seqs - max_lanes)
         if not 0 <= cache_slots <= max_seqs - max_lanes:
@@ -102,13 +107,16 @@ class LlamaEngine:
         self.kv_type, self.flash_attn, self.n_gpu_layers = kv_type, flash_attn, n_gpu_layers
         self.max_lanes = max_lanes
         self.max_cached_sequences = cache_slots
+        self.kv_unified = kv_unified
         self._model = self._load_model(n_gpu_layers)
         try:
             self._ctx = self._new_context(max_lanes + cache_slots, n_ctx, n_batch)
             self._mem = llama_cpp.llama_get_memory(self._ctx)
             self.vocab = LlamaVocab(self._model)
-            # Unified KV: every sequence may use the whole context, and all of them share it.
-            self.max_context = self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
+            # Unified KV: every sequence may use the whole context, and all of them share it. Split KV:
+            # each sequence has its own share, and attends over only its own cells.
+            self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
+            self.max_context = llama_cpp.llama_n_ctx_seq(self._ctx)
             # llama.cpp clamps n_batch to n_ctx.
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
@@ -143,7 +151,7 @@ class LlamaEngine:
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
         params.n_seq_max = n_seq_max
-        params.kv_unified = True
+        params.kv_unified = self.kv_unified
         params.n_threads = params.n_threads_batch = self.n_threads
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
         params.flash_attn_type = FLASH_ATTN[self.flash_attn]
@@ -171,7 +179,7 @@ class LlamaEngine:
             max_lanes=self.max_lanes,
             cache_slots=self.max_cached_sequences,
             kv_type=self.kv_type,
-            kv_unified=True,
+            kv_unified=self.kv_unified,
             flash_attn=self.flash_attn,
             n_gpu_layers=self.n_gpu_layers,
             n_threads=self.n_threads,

@@ -136,3 +136,18 @@ def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
     assert result.requests == 12
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes
     assert all(p == -1 for p in engine.cached_kv_positions())
+
+
+def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(tiny_model_path, solo_outputs):
+    with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
+        assert split.max_context == 2048 // 8 and split.kv_capacity == 2048 and split.max_cached_sequences == 0
+        assert split.describe()["kv_unified"] is False
+        loop = make_loop(split, policy="continuous", max_batch=8, prefill_chunk=16)
+        requests = [greedy_request(split, p, 16) for p in PROMPTS]
+        for r in requests:
+            loop.scheduler.add(r, loop.clock.now())
+        drain(loop)
+        assert {p: r.output_token_ids for p, r in zip(PROMPTS, requests)} == solo_outputs
+        with pytest.raises(RequestRejected, match="more than the context of 256"):
+            loop.scheduler.add(greedy_request(split, "hello world " * 200, 4), loop.clock.now())
+        assert_no_leaks(loop, split)
