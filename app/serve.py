@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from app.http_server import HttpServer, PortInUse
-from app.service import SwarmService
+from app.service import SwarmService, share_the_interpreter
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     """Loads the engine, serves until SIGINT/SIGTERM, then stops the server and the engine."""
+    share_the_interpreter()
     service = SwarmService(settings)
     http = HttpServer(service)  # refuses an unsafe host before the model loads
     stop = asyncio.Event()

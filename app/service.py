@@ -6,6 +6,7 @@ The HTTP server and the desktop panel both hold one SwarmService; neither touche
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -18,6 +19,16 @@ from runtime.engine_thread import EngineThread
 from runtime.metrics import MetricsAggregator
 
 log = logging.getLogger(__name__)
+
+
+# Python's default hands the GIL over every 5 ms: an engine step returning from llama_decode could wait
+# that long behind the HTTP loop or a repaint, while llama.cpp's threads sit idle.
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def share_the_interpreter() -> None:
+    """The engine thread shares one interpreter with the event loop (and the GUI): switch often."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
 class InflightAgents:

@@ -151,9 +151,9 @@ def main() -> int:
 
     from ui import theme
 
-    from ui.app_main import configure_process
+    from app.service import share_the_interpreter
 
-    configure_process()  # what the app does at start
+    share_the_interpreter()  # what the app does at start
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     theme.configure_pyqtgraph()
     app.setStyleSheet(theme.STYLESHEET)

@@ -16,15 +16,6 @@ log = logging.getLogger(__name__)
 DEFAULT_ENGINE = "modeled"  # first start: the article's card, which shows the story on any machine
 
 
-GIL_SWITCH_INTERVAL_S = 0.001
-
-
-def configure_process() -> None:
-    """The engine thread and the GUI share one interpreter: hand the GIL over every millisecond rather than
-    every five, so an engine step waking from its wait does not queue behind a repaint."""
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-
-
 def asset(name: str) -> Path:
     """A file under assets/, from a source checkout or a PyInstaller bundle."""
     base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
@@ -41,9 +32,10 @@ def run_gui(engine: str | None = None, model: Path | str | None = None, port: in
     import qasync
     from PySide6 import QtWidgets
 
+    from app.service import share_the_interpreter
     from ui import theme
 
-    configure_process()
+    share_the_interpreter()
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("swarm-panel")
     app.setOrganizationName("swarm-panel")
