@@ -8,7 +8,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from app.engines import add_engine_arguments, engine_from_args
+from app.engines import add_engine_arguments, engine_for
 from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
 from runtime.config import POLICY_NAMES, SchedulerConfig
@@ -88,7 +88,7 @@ def run_bench(args: argparse.Namespace) -> int:
     policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
     lanes = max(max_batch, *args.fit_widths) if args.fit else max_batch
-    engine = engine_from_args(args, realtime=args.realtime, max_lanes=lanes)
+    engine = engine_for(args, realtime=args.realtime, max_lanes=lanes)
     virtual = isinstance(engine, ModeledEngine) and not args.realtime
     fit = None
     try:

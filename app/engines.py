@@ -69,9 +69,11 @@ def build_engine(
     )
 
 
-def engine_from_args(args: argparse.Namespace, *, realtime: bool, max_lanes: int) -> Engine:
+def engine_for(options: object, *, realtime: bool, max_lanes: int) -> Engine:
+    """The engine named by anything with the engine fields: parsed flags or Settings (same names)."""
+    o = options
     return build_engine(
-        args.engine, realtime=realtime, max_lanes=max_lanes, profile=args.profile, model=args.model,
-        n_ctx=args.n_ctx, n_batch=args.n_batch, n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn,
-        kv_type=args.kv_type, threads=args.threads, kv_unified=args.kv_unified,
+        o.engine, realtime=realtime, max_lanes=max_lanes, profile=o.profile, model=o.model,
+        n_ctx=o.n_ctx, n_batch=o.n_batch, n_gpu_layers=o.n_gpu_layers, flash_attn=o.flash_attn,
+        kv_type=o.kv_type, threads=o.threads, kv_unified=o.kv_unified,
     )

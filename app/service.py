@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from app.engines import build_engine
+from app.engines import engine_for
 from app.settings import Settings
 from runtime.engine import Engine
 from runtime.engine_thread import EngineThread
@@ -88,11 +88,10 @@ class SwarmService:
                 return
             s = self.settings
             try:
-                engine = self.engine_factory(s) if self.engine_factory is not None else build_engine(
-                    s.engine, realtime=True, max_lanes=s.max_batch, profile=s.profile, model=s.model,
-                    n_ctx=s.n_ctx, n_batch=s.n_batch, n_gpu_layers=s.n_gpu_layers, flash_attn=s.flash_attn,
-                    kv_type=s.kv_type, threads=s.threads, kv_unified=s.kv_unified,
-                )
+                if self.engine_factory is not None:
+                    engine = self.engine_factory(s)
+                else:
+                    engine = engine_for(s, realtime=True, max_lanes=s.max_batch)
             except Exception as exc:
                 self.load_error = str(exc)
                 raise
