@@ -63,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")
     p.add_argument("--fit-widths", type=int_list, default=(1, 2, 4, 8, 16), help="widths the sweep measures")
     p.add_argument("--fit-steps", type=int, default=24, help="decode steps measured per width")
+    p.add_argument("--fit-context", type=int, default=None,
+                   help="context (tokens) the sweep's decodes attend over (default: the workload's mean per decode row)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run_bench)
 
@@ -93,7 +95,8 @@ def run_bench(args: argparse.Namespace) -> int:
     fit = None
     try:
         if args.fit:
-            fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual)
+            context = args.fit_context if args.fit_context is not None else round(workload.mean_decode_context)
+            fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual, context)
         for policy in policies:
             config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
                                      prefix_cache=args.prefix_cache)
@@ -116,6 +119,7 @@ def run_bench(args: argparse.Namespace) -> int:
 class Sweep:
     line: StepLine | None
     median_ms: dict[int, float]
+    context: int
 
     def as_dict(self) -> dict:
         line = self.line
@@ -123,16 +127,23 @@ class Sweep:
             "floor_ms": line.floor_ms if line else None,
             "per_row_ms": line.per_row_ms if line else None,
             "median_step_ms": {str(b): ms for b, ms in self.median_ms.items()},
+            "context_tokens": self.context,
         }
 
 
-def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool) -> Sweep:
-    """Runs B sequences decoding together for each width and fits the pure-decode step times."""
+def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, context: int = 0) -> Sweep:
+    """Runs B sequences decoding together for each width and fits the pure-decode step times.
+
+    The decodes attend over about `context` tokens (their prompt plus half the steps), clamped to
+    what the engine's context and KV hold at the widest width.
+    """
+    room = min(engine.max_context, engine.kv_capacity // max(widths)) - steps - 2
+    prompt = max(1, min(context - steps // 2, room))
     points: list[tuple[int, float]] = []
     medians: dict[int, float] = {}
     for width in widths:
         durations: list[float] = []
-        workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=8)
+        workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=prompt)
         config = SchedulerConfig(policy="continuous", max_batch=width)
 
         def keep(stats, width=width, durations=durations):
@@ -143,7 +154,7 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool) 
         # The first decode steps warm caches and threads; the median ignores them.
         medians[width] = statistics.median(durations)
         points += [(width, ms) for ms in durations]
-    return Sweep(fit_step_line(points), medians)
+    return Sweep(fit_step_line(points), medians, prompt + steps // 2)
 
 
 def _predictions(fit: Sweep | None, workload: SwarmWorkload, max_batch: int, policies) -> dict[str, float]:
@@ -180,7 +191,7 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
               f"{p.ceiling_tok_s(max_batch):.1f} tok/s")
     if fit is not None:
         widths = ", ".join(f"B={b}: {ms:.1f} ms" for b, ms in fit.median_ms.items())
-        print(f"measured decode steps (median): {widths}")
+        print(f"measured decode steps at ~{fit.context} tokens of context (median): {widths}")
         if fit.line is not None:
             print(f"fitted {fit.line}; ceiling B/t(B) at B={max_batch}: {fit.line.ceiling_tok_s(max_batch):.1f} tok/s")
     header = f"{'policy':<12}{'tok/s':>9}{'util':>8}{'occup':>8}{'steps':>8}{'seconds':>10}{'tokens':>9}{'padding':>9}"

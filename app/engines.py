@@ -30,7 +30,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16")
     group.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     group.add_argument("--no-kv-unified", dest="kv_unified", action="store_false",
-                       help="give each lane its own n_ctx/max-batch share of KV (no prefix reuse)")
+                       help="split KV, as llama-server's slots: each lane its own n_ctx/max-batch share, attention over "
+                            "its own cells only; reuse is a lane keeping its agent's conversation, not shared prefixes")
 
 
 def build_engine(

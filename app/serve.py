@@ -43,7 +43,8 @@ _FLAGS: list[tuple[str, str, dict]] = [
     ("--flash-attn", "flash_attn", {"choices": ("auto", "on", "off"), "help": "llama.cpp flash attention"}),
     ("--threads", "threads", {"type": int, "help": "CPU threads for llama.cpp (default: all cores)"}),
     ("--no-kv-unified", "kv_unified", {"action": "store_false",
-                                       "help": "each lane gets its own n_ctx/max-batch share of KV (no prefix reuse)"}),
+                                       "help": "split KV as llama-server: each lane its own n_ctx/max-batch share; "
+                                               "faster attention on small models, no cross-lane prefix sharing"}),
     ("--max-waiting", "max_waiting", {"type": int, "help": "queued requests beyond which clients get 503"}),
     ("--max-body-bytes", "max_body_bytes", {"type": int, "help": "largest request body accepted"}),
     ("--max-prompt-chars", "max_prompt_chars", {"type": int, "help": "longest prompt accepted, in characters"}),

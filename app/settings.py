@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for llama.cpp; none means all cores")
     kv_unified: bool = Field(
         True, description="One KV pool every lane may fill and share prefixes from; off gives each lane its own "
-        "n_ctx/max_batch share, cheaper attention on small models, and no prefix reuse")
+        "n_ctx/max_batch share (llama-server's layout): cheaper attention on small models, and reuse only of a "
+        "lane's own cached conversation")
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")

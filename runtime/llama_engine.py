@@ -1,9 +1,15 @@
 """The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch.
 
-Sequence ids: live requests use ids 0..max_lanes-1; finished sequences kept for prefix reuse use
-ids max_lanes..max_lanes+cache_slots-1. With unified KV, moving KV between ids (llama_memory_seq_cp
-then seq_rm) only relabels cells, so caching, adopting and copying a prefix cost a scan of the cell
+Sequence ids, unified KV: live requests use ids 0..max_lanes-1; finished sequences kept for prefix
+reuse use ids max_lanes..max_lanes+cache_slots-1. Moving KV between ids (llama_memory_seq_cp then
+seq_rm) only relabels cells, so caching, adopting and copying a prefix cost a scan of the cell
 metadata, never a recomputation.
+
+Split KV: each id is its own stream, and llama.cpp cannot copy part of one stream into another. A
+finished sequence stays cached in its own stream, and a request that adopts it takes over that
+stream (trimmed to the shared prefix), as llama-server's slots keep their last prompt. Live and
+cached sequences share the max_lanes ids, so the scheduler evicts a cached one before a new lane
+needs its id (`max_sequences`), and never asks for a copy (`copies_prefixes`).
 """
 
 from __future__ import annotations
@@ -88,15 +94,19 @@ class LlamaEngine:
         if not 1 <= max_lanes <= max_seqs:
             raise ValueError(f"max_lanes must be within 1..{max_seqs}, got {max_lanes}")
         if not kv_unified:
-            # Each sequence gets its own stream of n_ctx / n_seq_max cells; prefixes cannot move between
-            # streams, so there is nothing to cache.
-            cache_slots = 0
-        elif cache_slots is None:
+            # Each sequence gets its own stream of n_ctx / n_seq_max cells, cached ones included; a
+            # cached sequence keeps the stream its lane had, so no ids are set aside for the cache.
+            cache_slots = max_lanes if cache_slots is None else cache_slots
+            if not 0 <= cache_slots <= max_lanes:
+                raise ValueError(f"with split KV, cache_slots must be within 0..{max_lanes}, got {cache_slots}")
+            n_seq_max = max_lanes
+        else:
             # As many cached sequences as lanes, within llama.cpp's limit on sequence ids.
-            cache_slots = min(max_lanes, max_seqs - max_lanes)
-        if not 0 <= cache_slots <= max_seqs - max_lanes:
-            raise ValueError(f"cache_slots must be within 0..{max_seqs - max_lanes} beside {max_lanes} lanes, "
-                             f"got {cache_slots}")
+            cache_slots = min(max_lanes, max_seqs - max_lanes) if cache_slots is None else cache_slots
+            if not 0 <= cache_slots <= max_seqs - max_lanes:
+                raise ValueError(f"cache_slots must be within 0..{max_seqs - max_lanes} beside {max_lanes} lanes, "
+                                 f"got {cache_slots}")
+            n_seq_max = max_lanes + cache_slots
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
         if flash_attn not in FLASH_ATTN:
@@ -108,9 +118,12 @@ class LlamaEngine:
         self.max_lanes = max_lanes
         self.max_cached_sequences = cache_slots
         self.kv_unified = kv_unified
+        # Live plus cached sequences the engine holds at once, and whether a prefix can be copied.
+        self.max_sequences = n_seq_max
+        self.copies_prefixes = kv_unified
         self._model = self._load_model(n_gpu_layers)
         try:
-            self._ctx = self._new_context(max_lanes + cache_slots, n_ctx, n_batch)
+            self._ctx = self._new_context(n_seq_max, n_ctx, n_batch)
             self._mem = llama_cpp.llama_get_memory(self._ctx)
             self.vocab = LlamaVocab(self._model)
             # Unified KV: every sequence may use the whole context, and all of them share it. Split KV:
@@ -120,7 +133,7 @@ class LlamaEngine:
             # llama.cpp clamps n_batch to n_ctx.
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
-            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots))
+            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
             self._batch = llama_cpp.llama_batch_init(self.max_step_tokens, 0, 1)
             self._batch_arrays = self._view_batch(self._batch, self.max_step_tokens)
             self._chat_template = chat_template(self._model)
@@ -227,16 +240,21 @@ class LlamaEngine:
             self._model = None
 
     def lane_kv_positions(self) -> list[int]:
-        """Highest KV position each sequence id holds (-1: empty), for diagnostics and tests."""
+        """Highest KV position each lane sequence id holds (-1: empty, or held by a cached sequence)."""
         self._require_open()
-        return [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) for seq_id in range(self.max_lanes)]
+        cached = set(self._cached.values())
+        return [-1 if seq_id in cached else llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+                for seq_id in range(self.max_lanes)]
 
     def cached_kv_positions(self) -> list[int]:
-        """Highest KV position each cache sequence id holds (-1: empty)."""
+        """Highest KV position of each cache slot (-1: empty), for diagnostics and tests."""
         self._require_open()
-        first = self.max_lanes
-        return [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
-                for seq_id in range(first, first + self.max_cached_sequences)]
+        if self.kv_unified:
+            ids = range(self.max_lanes, self.max_lanes + self.max_cached_sequences)
+        else:
+            ids = sorted(self._cached.values())
+        positions = [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) for seq_id in ids]
+        return positions + [-1] * (self.max_cached_sequences - len(positions))
 
     @property
     def num_cached_sequences(self) -> int:
@@ -286,14 +304,17 @@ class LlamaEngine:
     def _release(self, request: Request) -> None:
         cache_id = self._cached.pop(request.request_id, None)
         if cache_id is not None:
-            llama_cpp.llama_memory_seq_rm(self._mem, cache_id, -1, -1)
-            heapq.heappush(self._free_cache_ids, cache_id)
+            self._free_cached_id(cache_id)
         lane = self._lanes.pop(request.request_id, None)
         if lane is None:
             return
         llama_cpp.llama_memory_seq_rm(self._mem, lane.seq_id, -1, -1)
         free_sampler_chain(lane.sampler)
         heapq.heappush(self._free_seq_ids, lane.seq_id)
+
+    def _free_cached_id(self, seq_id: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
+        heapq.heappush(self._free_cache_ids if self.kv_unified else self._free_seq_ids, seq_id)
 
     def _apply_prefix_op(self, op: PrefixOp, errors: dict[int, str]) -> None:
         """Moves KV between sequences; a failure fails the destination request, never the step."""
@@ -303,6 +324,11 @@ class LlamaEngine:
             if lane is None:
                 return
             free_sampler_chain(lane.sampler)
+            if not self.kv_unified and n > 0:
+                # The lane's own stream becomes the cached sequence: nothing moves.
+                llama_cpp.llama_memory_seq_rm(mem, lane.seq_id, n, -1)
+                self._cached[op.source.request_id] = lane.seq_id
+                return
             if self._free_cache_ids and n > 0:
                 cache_id = heapq.heappop(self._free_cache_ids)
                 llama_cpp.llama_memory_seq_cp(mem, lane.seq_id, cache_id, 0, n)
@@ -324,6 +350,14 @@ class LlamaEngine:
             held = llama_cpp.llama_memory_seq_pos_max(mem, source_id) + 1
             if not 0 < n <= held:
                 raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {held}")
+            if not self.kv_unified:
+                if op.kind is not PrefixOpKind.ADOPT:
+                    raise ValueError("split KV cannot copy a prefix between sequences, only adopt a cached one")
+                # dest takes over the cached stream, cut back to the shared prefix.
+                llama_cpp.llama_memory_seq_rm(mem, source_id, n, -1)
+                self._lanes[dest.request_id] = _Lane(source_id)
+                source_id = None
+                return
             lane = self._lane_for(dest)
             llama_cpp.llama_memory_seq_cp(mem, source_id, lane.seq_id, 0, n)
         except ValueError as exc:
@@ -332,8 +366,7 @@ class LlamaEngine:
         finally:
             if op.kind is PrefixOpKind.ADOPT and source_id is not None:
                 # The cached sequence is consumed either way: its cells now belong to dest or nobody.
-                llama_cpp.llama_memory_seq_rm(mem, source_id, -1, -1)
-                heapq.heappush(self._free_cache_ids, source_id)
+                self._free_cached_id(source_id)
 
     def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[Row]:
         """Rows that can run; a row that cannot gets an error for its request instead."""
@@ -392,8 +425,10 @@ class LlamaEngine:
         tokens, positions, logits, seq_slots = self._batch_arrays
         to_sample: list[tuple[int, Row]] = []
         n = 0
-        for row in rows:
-            seq_id = self._lanes[row.request.request_id].seq_id
+        # With split KV, llama.cpp cuts a step into ubatches of consecutive sequence ids; rows in
+        # id order keep a step one ubatch wherever the ids in use have no gaps.
+        for seq_id, row in sorted(((self._lanes[row.request.request_id].seq_id, row) for row in rows),
+                                  key=lambda pair: pair[0]):
             end = n + len(row.tokens)
             tokens[n:end] = row.tokens
             positions[n:end] = np.arange(row.start, row.start + len(row.tokens))

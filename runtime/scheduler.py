@@ -9,7 +9,8 @@ Prefix reuse: a request that finishes (stopped or length) leaves its KV resident
 cache instead of releasing it. When a request gets its first prompt chunk, it takes the longest
 prefix held by a cached sequence (adopted in place when the whole entry matches or it is the same
 agent's, else copied) or by a live sequence (copied), and starts with num_computed_tokens = that
-length. Cached KV is accounted separately (kv_cached) and always yields: entries are evicted, least
+length. An engine that cannot copy (llama.cpp's split KV) only adopts, and holds live and cached
+sequences in one pool of `max_sequences` ids, so a new lane evicts a cached sequence when the pool is full. Cached KV is accounted separately (kv_cached) and always yields: entries are evicted, least
 recently used first, whenever live sequences need the room, before anything live is preempted.
 """
 
@@ -73,6 +74,8 @@ class Scheduler:
         max_step_tokens: int = 1 << 30,
         max_lanes: int = 256,
         max_cached_sequences: int = 0,
+        max_sequences: int | None = None,
+        copies_prefixes: bool = True,
     ) -> None:
         self.kv_capacity = kv_capacity
         self.max_context = max_context
@@ -91,6 +94,8 @@ class Scheduler:
         self._e2e: list[tuple[str, float]] = []
         # 0 means the engine takes no prefix ops: no reuse at all.
         self.prefix_cache = PrefixCache(max_cached_sequences)
+        self.max_sequences = max_sequences
+        self.copies_prefixes = copies_prefixes
         # CACHE ops wait here until a plan the engine will run; match ops go out with their rows.
         self._ops: list[PrefixOp] = []
         self._prefix_queries = self._prefix_hits = 0
@@ -108,6 +113,8 @@ class Scheduler:
             max_step_tokens=engine.max_step_tokens,
             max_lanes=engine.max_lanes,
             max_cached_sequences=getattr(engine, "max_cached_sequences", 0),
+            max_sequences=getattr(engine, "max_sequences", None),
+            copies_prefixes=getattr(engine, "copies_prefixes", True),
         )
 
     # -- public surface ------------------------------------------------------------------------
@@ -321,6 +328,7 @@ class Scheduler:
                 lane.prefix_checked = True
                 if self.reuse_enabled:
                     self._reuse_prefix(lane, planned)
+                self._make_sequence_room()
             start = request.num_computed_tokens
             want = min(request.num_tokens - start, budget)
             self._make_room(planned + want)
@@ -345,6 +353,18 @@ class Scheduler:
             if not self._evict_one(keep):
                 return False
         return True
+
+    def _make_sequence_room(self) -> None:
+        """Evicts cached sequences until the engine's pool of ids holds them and every started lane's.
+
+        Called as a lane starts (its first chunk, after any adoption), so a lane that was admitted
+        counting on an entry someone else took still finds an id.
+        """
+        if self.max_sequences is None:
+            return
+        started = sum(lane.request is not None and (lane.prefix_checked or lane.padding) for lane in self.lanes)
+        while started + len(self.prefix_cache) > self.max_sequences and self._evict_one():
+            pass
 
     def _fit_cache(self, tokens: int) -> None:
         self._make_room(tokens)
@@ -381,15 +401,16 @@ class Scheduler:
             return None
         return match.source
 
-    @staticmethod
-    def _adopts(request: Request, entry: CacheEntry, n: int) -> bool:
+    def _adopts(self, request: Request, entry: CacheEntry, n: int) -> bool:
         # Adopting drops the entry's tokens past n: fine when there are none, or when they are the
-        # same agent's previous turn (its next turn is the only likely user). Otherwise copy.
-        return n == entry.num_tokens or (entry.agent == request.agent and request.agent != "anonymous")
+        # same agent's previous turn (its next turn is the only likely user). Otherwise copy, where
+        # the engine can.
+        return (not self.copies_prefixes or n == entry.num_tokens
+                or (entry.agent == request.agent and request.agent != "anonymous"))
 
     def _prefix_in_progress(self, request: Request, computing: list[Request]) -> bool:
         """An earlier prompt computing in this very step will hold more of this one's prefix: wait for it."""
-        if not computing:
+        if not computing or not self.copies_prefixes:
             return False
         tokens = as_tokens(request.token_ids)
         best_held = 0
@@ -411,7 +432,7 @@ class Scheduler:
         live = [
             (other.request, as_tokens(other.request.token_ids[: other.request.num_computed_tokens]))
             for other in self.lanes
-            if other.request is not None and other is not lane
+            if self.copies_prefixes and other.request is not None and other is not lane
             and other.request.num_computed_tokens >= MIN_MATCH_TOKENS
         ]
         match = self.prefix_cache.longest_match(as_tokens(request.token_ids), request.num_tokens - 1, live)

@@ -54,6 +54,25 @@ class SwarmWorkload:
         return lengths[(agent + turn) % len(lengths)]
 
     @property
+    def mean_decode_context(self) -> float:
+        """The context a decode row attends over, averaged over every decode row of the run.
+
+        Attention reads every cell a sequence holds, so a step costs more late in a long request
+        than at its start; a step line meant for this workload is measured at this context.
+        """
+        rows = weighted = 0.0
+        for agent in range(self.agents):
+            history = 0
+            for turn in range(self.requests_per_agent):
+                n = self.max_tokens(agent, turn)
+                prompt = self.system_tokens + self.prompt_tokens + history
+                rows += n
+                weighted += n * (prompt + (n - 1) / 2)
+                if self.conversation:
+                    history += n + self.tool_tokens
+        return weighted / rows
+
+    @property
     def total_output_tokens(self) -> int:
         return sum(
             self.max_tokens(agent, turn) for agent in range(self.agents) for turn in range(self.requests_per_agent)

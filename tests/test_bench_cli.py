@@ -1,4 +1,5 @@
 import json
+import pytest
 
 from app.cli import main
 
@@ -46,3 +47,46 @@ def test_a_missing_or_corrupt_model_is_a_clear_cli_error(tmp_path, capsys):
     assert main(["bench", "--engine", "llama", "--model", str(tmp_path / "absent.gguf"),
                  "--requests-per-agent", "1"]) != 0
     assert "cannot load model" in capsys.readouterr().err
+
+
+def test_fit_recovers_the_modeled_cards_step_line_at_the_workloads_context(capsys):
+    from runtime.profiles import RX_9070_XT_QWEN35_9B as card
+    from runtime.workload import SwarmWorkload
+
+    args = ["--agents", "8", "--lengths", "40,90,150,220,300,480,650,900", "--requests-per-agent", "2"]
+    assert main(["bench", "--engine", "modeled", "--policy", "continuous", "--fit", *args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fit = out["fit"]
+    assert abs(fit["floor_ms"] - card.floor_ms) < 0.05 * card.floor_ms
+    assert abs(fit["per_row_ms"] - card.per_row_ms) < 0.05 * card.per_row_ms
+    workload = SwarmWorkload(agents=8, lengths=(40, 90, 150, 220, 300, 480, 650, 900), requests_per_agent=2)
+    # Decode rows of a 900-token answer outnumber those of a 40-token one: the mean is weighted by rows.
+    assert abs(fit["context_tokens"] - workload.mean_decode_context) <= 1
+    assert workload.mean_decode_context > 32 + sum(workload.lengths) / len(workload.lengths) / 2
+    prediction = out["results"][0]["predicted_tok_s"]
+    assert prediction == pytest.approx(8 / (fit["floor_ms"] + 8 * fit["per_row_ms"]) * 1e3)
+
+
+def test_mean_decode_context_counts_the_conversation_so_far():
+    from runtime.workload import SwarmWorkload
+
+    single = SwarmWorkload(agents=1, lengths=(10,), requests_per_agent=3, prompt_tokens=20)
+    assert single.mean_decode_context == pytest.approx(20 + 4.5)
+    talk = SwarmWorkload(agents=1, lengths=(10,), requests_per_agent=3, prompt_tokens=20, conversation=True,
+                         tool_tokens=5, system_tokens=100)
+    # Turn t's prompt holds the system prompt, the task and t earlier replies plus tool results.
+    assert talk.mean_decode_context == pytest.approx(120 + 15 + 4.5)
+
+
+def test_llama_fit_is_measured_at_the_asked_context(tiny_model_path, capsys):
+    base = ["bench", "--engine", "llama", "--model", str(tiny_model_path), "--policy", "continuous",
+            "--agents", "2", "--lengths", "4", "--requests-per-agent", "1", "--fit", "--fit-widths", "1,2",
+            "--fit-steps", "6", "--n-ctx", "1024", "--json"]
+    assert main([*base, "--fit-context", "300"]) == 0
+    fit = json.loads(capsys.readouterr().out)["fit"]
+    assert fit["context_tokens"] == 300
+    assert set(fit["median_step_ms"]) == {"1", "2"}
+    # More than the engine holds at the widest width is clamped, not an error.
+    assert main([*base, "--fit-context", "5000"]) == 0
+    fit = json.loads(capsys.readouterr().out)["fit"]
+    assert fit["context_tokens"] <= 1024 // 2

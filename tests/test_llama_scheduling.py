@@ -140,7 +140,8 @@ def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
 
 def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(tiny_model_path, solo_outputs):
     with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
-        assert split.max_context == 2048 // 8 and split.kv_capacity == 2048 and split.max_cached_sequences == 0
+        assert split.max_context == 2048 // 8 and split.kv_capacity == 2048
+        assert split.max_cached_sequences == split.max_sequences == 8 and not split.copies_prefixes
         assert split.describe()["kv_unified"] is False
         loop = make_loop(split, policy="continuous", max_batch=8, prefill_chunk=16)
         requests = [greedy_request(split, p, 16) for p in PROMPTS]

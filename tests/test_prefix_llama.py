@@ -16,15 +16,24 @@ from runtime.workload import system_text, tool_text
 SYSTEM_TOKENS = 60
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=2048, n_batch=256, cache_slots=6) as eng:
+@pytest.fixture(scope="module", params=["unified", "split"])
+def shared_engine(tiny_model_path, request):
+    # Split KV has one stream per id and no cross-stream copies: reuse there is adoption only.
+    unified = request.param == "unified"
+    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=2048 if unified else 4096, n_batch=256,
+                     cache_slots=6 if unified else 4, kv_unified=unified) as eng:
         yield eng
 
 
-@pytest.fixture(autouse=True)
-def _empty_kv(engine):
-    yield
+def unified_only(engine) -> None:
+    if not engine.kv_unified:
+        pytest.skip("copies a prefix between sequences, which split KV cannot")
+
+
+@pytest.fixture
+def engine(shared_engine):
+    engine = shared_engine
+    yield engine
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes, "a test left live KV behind"
     assert engine.cached_kv_positions() == [-1] * engine.max_cached_sequences, "a test left cached KV behind"
 
@@ -123,6 +132,7 @@ def test_eviction_under_kv_pressure_never_touches_a_live_sequence(engine):
 
 
 def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
+    unified_only(engine)
     steps: list = []
     loop = make_loop(engine, steps)
     system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
@@ -204,3 +214,74 @@ def test_a_prefix_op_with_a_missing_source_fails_only_its_destination(engine):
     result = engine.step(plan)
     assert "holds no KV" in result.errors[victim.request_id] and good.request_id in result.samples
     engine.step(StepPlan(release=[victim, good]))
+
+
+def test_split_kv_next_turn_takes_over_its_own_stream(tiny_model_path):
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+        loop = make_loop(split, max_batch=2)
+        scheduler = loop.scheduler
+        system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+        first = Request(system + split.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
+        scheduler.add(first, loop.clock.now())
+        loop.step()
+        stream = split._lanes[first.request_id].seq_id
+        while scheduler.has_work:
+            loop.step()
+        loop.step()
+        assert split.cached_kv_positions() == [first.num_tokens - 2, -1]
+        assert split.lane_kv_positions() == [-1, -1]
+        again = Request(first.token_ids + split.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
+        scheduler.add(again, loop.clock.now())
+        loop.step()
+        assert split._lanes[again.request_id].seq_id == stream
+        assert again.num_cached_tokens == first.num_tokens - 1
+        while scheduler.has_work:
+            loop.step()
+            check_live_kv(loop, split)
+        reference = make_loop(split, max_batch=2, prefix_cache=False)
+        fresh = Request(list(again.prompt_token_ids), greedy(6))
+        reference.scheduler.add(fresh, reference.clock.now())
+        while reference.scheduler.has_work:
+            reference.step()
+        reference.step()
+        assert again.output_token_ids == fresh.output_token_ids
+        finish(loop, split)
+        assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
+
+
+def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(tiny_model_path):
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+        loop = make_loop(split, max_batch=2)
+        scheduler = loop.scheduler
+        done = [Request(split.tokenize(f"agent {i} reads the failing test and the parser"), greedy(4), agent=f"a{i}")
+                for i in range(2)]
+        for request in done:
+            scheduler.add(request, loop.clock.now())
+        while scheduler.has_work:
+            loop.step()
+        loop.step()
+        assert len(scheduler.prefix_cache) == 2 and all(p >= 0 for p in split.cached_kv_positions())
+        # Both ids hold cached sequences; two unrelated prompts still get lanes and finish.
+        fresh = [Request(split.tokenize(f"zeta {i} omega"), greedy(5)) for i in range(2)]
+        for request in fresh:
+            scheduler.add(request, loop.clock.now())
+        while scheduler.has_work:
+            loop.step()
+            check_live_kv(loop, split)
+        assert all(r.status is RequestStatus.FINISHED_LENGTH for r in fresh)
+        assert scheduler.num_evictions >= 1
+        finish(loop, split)
+        assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
+
+
+def test_split_kv_refuses_to_copy_a_prefix_between_streams(tiny_model_path):
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+        source = Request(split.tokenize("hello world, what is this about the model"), greedy(2))
+        split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, source.token_ids, True)]))
+        dest = Request(list(source.token_ids), greedy(2))
+        n = 4
+        result = split.step(StepPlan(rows=[Row(dest, RowKind.PREFILL, n, dest.token_ids[n:], True)],
+                                     prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, dest, n)]))
+        assert "cannot copy" in result.errors[dest.request_id]
+        split.step(StepPlan(release=[source, dest]))
+        assert split.lane_kv_positions() == [-1, -1]

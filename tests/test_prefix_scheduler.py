@@ -226,3 +226,47 @@ def test_naive_static_caches_finished_lanes_when_the_batch_ends():
     cache_ops = [(op.kind, op.source, op.num_tokens) for op in engine.plans[seen].prefix_ops]
     assert cache_ops == [(PrefixOpKind.CACHE, short, short.num_tokens - 1),
                          (PrefixOpKind.CACHE, long, long.num_tokens - 1)]
+
+
+@pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
+def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(policy):
+    """llama.cpp's split KV: no prefix copies, and live plus cached sequences share max_lanes ids."""
+    rng = random.Random(11)
+    engine = Recorder(ModeledEngine())
+    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=4, prefill_chunk=64),
+                          kv_capacity=engine.kv_capacity, max_context=engine.max_context,
+                          max_step_tokens=engine.max_step_tokens, max_cached_sequences=4,
+                          max_sequences=4, copies_prefixes=False)
+    steps = []
+    loop = EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append)
+    # Half the agents share nothing with anyone, so their first turns need ids of their own.
+    histories = {agent: (SYSTEM if agent % 2 else [400 + agent] * 12) + [200 + agent] * 5 for agent in range(6)}
+    held: set[int] = set()
+
+    def check():
+        # Replays the plan on a pool of sequence ids, in the order the engine applies it.
+        plan = engine.plans[-1]
+        for released in plan.release:
+            held.discard(released.request_id)
+        for op in plan.prefix_ops:
+            assert op.kind is not PrefixOpKind.COPY
+            if op.kind is PrefixOpKind.ADOPT:
+                held.discard(op.source.request_id)
+                held.add(op.dest.request_id)
+        held.update(row.request.request_id for row in plan.rows)
+        assert len(held) <= 4
+
+    requests = []
+    for turn in range(4):
+        batch = [request(histories[a] + [300 + turn] * rng.randint(1, 20), rng.randint(1, 40), agent=f"a{a}")
+                 for a in range(6)]
+        for r in batch:
+            scheduler.add(r, loop.clock.now())
+        drain(loop, check)
+        for agent, r in enumerate(batch):
+            histories[agent] = r.token_ids
+        requests += batch
+    assert all(r.status is RequestStatus.FINISHED_LENGTH and r.num_output_tokens == r.sampling.max_tokens
+               for r in requests)
+    assert sum(s.prefix_hits for s in steps) > 0
+    assert any(op.kind is PrefixOpKind.ADOPT for plan in engine.plans for op in plan.prefix_ops)

@@ -9,6 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
+from PySide6 import QtWidgets
+
 from app.http_server import ThreadedHttpServer
 from ui.local_swarm import LocalSwarm
 from tests.test_ui_common import STEADY_CARD, SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
@@ -244,3 +246,34 @@ def test_cache_panel_shows_reuse_and_its_switch_follows_the_scheduler(window, qt
     assert thread.config.prefix_cache is False
     thread.reconfigure(prefix_cache=True)
     qtbot.waitUntil(window.cache_panel.enabled.isChecked, timeout=2000)
+
+
+def test_the_engine_panel_loads_a_gguf_with_split_kv_and_shows_it(qtbot, no_user_config, tiny_model_path):
+    from app.service import SwarmService
+    from app.settings import Settings
+    from ui.main_window import MainWindow
+
+    service = SwarmService(Settings(engine="modeled", port=0))
+    service.start()
+    win = MainWindow(service)
+    qtbot.addWidget(win)
+    panel = win.engine_panel
+    try:
+        assert not panel.layout_choice.isVisibleTo(panel)  # the modeled card has no KV layout
+        panel.choice.setCurrentIndex(panel.choice.findData("gguf"))
+        panel.path.setText(str(tiny_model_path))
+        panel.layout_choice.setCurrentIndex(panel.layout_choice.findData(False))
+        assert panel.layout_choice.isVisibleTo(panel)
+        with qtbot.waitSignal(win.engine_loaded, timeout=30000) as blocker:
+            panel.load.click()
+        assert blocker.args[0] is None
+        assert service.engine.kv_unified is False and service.settings.kv_unified is False
+        shown = {panel.facts.itemAt(i, QtWidgets.QFormLayout.LabelRole).widget().text():
+                 panel.facts.itemAt(i, QtWidgets.QFormLayout.FieldRole).widget().text()
+                 for i in range(panel.facts.rowCount())}
+        assert shown.get("unified KV") == "no"
+        win.save_settings()
+        assert win.store is None or win.store.get("kv_unified") is False
+    finally:
+        win.close()
+        service.stop()

@@ -79,6 +79,8 @@ def _settings(store, engine, model, port, policy):
         overrides["engine"] = engine or "llama"
     elif overrides["engine"] == "llama" and store.get("model_path"):
         overrides["model"] = Path(store.get("model_path"))
+    if store.get("kv_unified") is not None:
+        overrides["kv_unified"] = bool(store.get("kv_unified"))
     if port is not None:
         overrides["port"] = port
     if policy is not None:

@@ -12,11 +12,19 @@ from ui import theme
 
 CHOICES = (("modeled", "Modeled card (RX 9070 XT cost model)"), ("demo", "llama.cpp: demo model (random weights)"),
            ("gguf", "llama.cpp: a GGUF file…"))
+LAYOUTS = (
+    (True, "Unified KV: lanes share one pool and their prompt prefixes"),
+    (False, "Split KV: each lane its own n_ctx / lanes, as llama-server"),
+)
+LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen live, and agents share a system "
+              "prompt's KV. Split: each lane gets a fixed share and attends over its own cells only, which is "
+              "faster for small models on a CPU; a lane keeps its agent's conversation for the next turn.")
 FACT_LABELS = {
     "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
     "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
     "kv_capacity_tokens": "KV capacity (tokens)", "step_line": "cost model", "architecture": "architecture",
     "file_size_bytes": "file size", "max_lanes": "lanes", "n_gpu_layers": "GPU layers", "path": "file",
+    "kv_unified": "unified KV",
 }
 
 
@@ -32,13 +40,14 @@ def _format(key: str, value: Any) -> str:
     return str(value)
 
 
-def engine_changes(choice: str, model_path: str) -> dict[str, Any]:
+def engine_changes(choice: str, model_path: str, kv_unified: bool = True) -> dict[str, Any]:
     """The SwarmService.reload changes one engine choice asks for."""
     if choice == "modeled":
         return {"engine": "modeled"}
     if choice == "demo":
-        return {"engine": "llama", "model": None}
-    return {"engine": "llama", "model": Path(model_path).expanduser() if model_path else None}
+        return {"engine": "llama", "model": None, "kv_unified": kv_unified}
+    return {"engine": "llama", "model": Path(model_path).expanduser() if model_path else None,
+            "kv_unified": kv_unified}
 
 
 class EnginePanel(QtWidgets.QGroupBox):
@@ -56,6 +65,10 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.path.setPlaceholderText("path to a .gguf file")
         self.browse = QtWidgets.QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
+        self.layout_choice = QtWidgets.QComboBox()
+        for unified, label in LAYOUTS:
+            self.layout_choice.addItem(label, unified)
+        self.layout_choice.setToolTip(LAYOUT_TIP)
         self.load = QtWidgets.QPushButton("Load")
         self.load.setObjectName("primary")
         self.unload = QtWidgets.QPushButton("Unload")
@@ -83,6 +96,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.choice)
         layout.addLayout(path_row)
+        layout.addWidget(self.layout_choice)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
@@ -94,6 +108,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         gguf = self.choice.currentData() == "gguf"
         self.path.setVisible(gguf)
         self.browse.setVisible(gguf)
+        self.layout_choice.setVisible(self.choice.currentData() != "modeled")
 
     def _browse(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Choose a GGUF model", self.path.text(),
@@ -106,11 +121,16 @@ class EnginePanel(QtWidgets.QGroupBox):
         if choice == "gguf" and not self.path.text().strip():
             self.set_error("Choose a GGUF file first.")
             return
-        self.load_requested.emit(engine_changes(choice, self.path.text().strip()))
+        self.load_requested.emit(engine_changes(choice, self.path.text().strip(), self.kv_unified))
 
-    def select(self, engine: str, model: str | None) -> None:
+    @property
+    def kv_unified(self) -> bool:
+        return bool(self.layout_choice.currentData())
+
+    def select(self, engine: str, model: str | None, kv_unified: bool = True) -> None:
         key = "modeled" if engine == "modeled" else ("gguf" if model else "demo")
         self.choice.setCurrentIndex([k for k, _ in CHOICES].index(key))
+        self.layout_choice.setCurrentIndex([u for u, _ in LAYOUTS].index(kv_unified))
         if model:
             self.path.setText(str(model))
 

@@ -256,7 +256,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _engine_ready(self) -> None:
         self.engine_panel.show_facts(self.service.describe())
         settings = self.service.settings
-        self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None)
+        self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
+                                 settings.kv_unified)
         if self.service.loaded:
             engine = self.service.engine
             self.controls.set_limits(engine.max_lanes, engine.kv_capacity)
@@ -332,6 +333,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.store.set("ab_seconds", self.ab.seconds.value())
         settings = self.service.settings
         self.store.set("engine", settings.engine)
+        self.store.set("kv_unified", settings.kv_unified)
         model = self.engine_panel.path.text().strip() or (str(settings.model) if settings.model else "")
         self.store.set("model_path", model)
         if self.service.loaded:
