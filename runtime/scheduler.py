@@ -362,8 +362,13 @@ class Scheduler:
         """
         if self.max_sequences is None:
             return
+        pool = self.max_sequences
+        if not self.copies_prefixes:
+            # Split KV runs a step as one ubatch only over consecutive sequence ids: holding live and
+            # cached sequences within the width keeps the ids in use low and gap-free, as llama-server's slots.
+            pool = min(pool, self.config.max_batch)
         started = sum(lane.request is not None and (lane.prefix_checked or lane.padding) for lane in self.lanes)
-        while started + len(self.prefix_cache) > self.max_sequences and self._evict_one():
+        while started + len(self.prefix_cache) > pool and self._evict_one():
             pass
 
     def _fit_cache(self, tokens: int) -> None:

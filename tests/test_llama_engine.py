@@ -227,6 +227,21 @@ def test_release_frees_kv_and_lane(tiny_model_path):
         assert eng.lane_kv_positions() == [-1, -1]
 
 
+def test_split_kv_batches_rows_in_sequence_id_order(tiny_model_path):
+    # llama.cpp cuts a split-KV step wherever sequence ids stop being consecutive: order is speed.
+    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=512, n_batch=128, kv_unified=False) as eng:
+        requests = [Request(eng.tokenize(p), greedy(4)) for p in PROMPTS[:4]]
+        first = eng.step(StepPlan(rows=[prefill_row(r) for r in requests]))
+        ids = {r.request_id: eng._lanes[r.request_id].seq_id for r in requests}
+        for r in requests:
+            r.token_ids.append(first.samples[r.request_id].token)
+        backwards = sorted(requests, key=lambda r: -ids[r.request_id])
+        eng.step(StepPlan(rows=[Row(r, RowKind.DECODE, r.num_tokens - 1, [r.token_ids[-1]], True) for r in backwards]))
+        seq_slots = eng._batch_arrays[3]
+        assert [seq_slots[i][0] for i in range(eng._batch.n_tokens)] == sorted(ids.values())
+        eng.step(StepPlan(release=requests))
+
+
 def test_padding_rows_are_computed_but_not_returned(engine):
     request = Request(engine.tokenize("hello world"), greedy(8))
     engine.step(StepPlan(rows=[prefill_row(request)]))

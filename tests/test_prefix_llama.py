@@ -285,3 +285,34 @@ def test_split_kv_refuses_to_copy_a_prefix_between_streams(tiny_model_path):
         assert "cannot copy" in result.errors[dest.request_id]
         split.step(StepPlan(release=[source, dest]))
         assert split.lane_kv_positions() == [-1, -1]
+
+
+def test_split_kv_keeps_the_ids_in_use_within_the_width(tiny_model_path):
+    # More engine ids than lanes in use (as when the bench sweeps wider widths first): cached streams
+    # must not push live lanes onto ids past a gap, which would cut every step into several ubatches.
+    with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
+        used: set[int] = set()
+        fill = split._fill_batch
+
+        def recording(rows):
+            out = fill(rows)
+            used.update(split._batch_arrays[3][i][0] for i in range(split._batch.n_tokens))
+            return out
+
+        split._fill_batch = recording
+        loop = make_loop(split, max_batch=4)
+        requests = []
+        for wave in range(4):
+            # Prompts that share no prefix: every request needs an id of its own, none adopts.
+            for lane in range(4):
+                first = 20 + 40 * wave + 10 * lane
+                request = Request(list(range(first, first + 10)), greedy(2 + 3 * lane))
+                requests.append(request)
+                loop.scheduler.add(request, loop.clock.now())
+            while loop.scheduler.has_work:
+                loop.step()
+            assert len(loop.scheduler.prefix_cache) > 0
+        assert all(r.status is RequestStatus.FINISHED_LENGTH for r in requests)
+        assert used == {0, 1, 2, 3}
+        finish(loop, split)
+        assert split.lane_kv_positions() == [-1] * 8 and split.cached_kv_positions() == [-1] * 8

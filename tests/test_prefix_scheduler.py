@@ -229,14 +229,16 @@ def test_naive_static_caches_finished_lanes_when_the_batch_ends():
 
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
-def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(policy):
-    """llama.cpp's split KV: no prefix copies, and live plus cached sequences share max_lanes ids."""
+@pytest.mark.parametrize("engine_ids", [4, 8])
+def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(policy, engine_ids):
+    """llama.cpp's split KV: no prefix copies, and live plus cached sequences share the ids, held
+    within the width (4) even where the engine has more, so the ids in use stay consecutive."""
     rng = random.Random(11)
     engine = Recorder(ModeledEngine())
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=4, prefill_chunk=64),
                           kv_capacity=engine.kv_capacity, max_context=engine.max_context,
-                          max_step_tokens=engine.max_step_tokens, max_cached_sequences=4,
-                          max_sequences=4, copies_prefixes=False)
+                          max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
+                          max_sequences=engine_ids, copies_prefixes=False)
     steps = []
     loop = EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append)
     # Half the agents share nothing with anyone, so their first turns need ids of their own.
