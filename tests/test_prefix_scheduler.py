@@ -272,3 +272,17 @@ def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(pol
                for r in requests)
     assert sum(s.prefix_hits for s in steps) > 0
     assert any(op.kind is PrefixOpKind.ADOPT for plan in engine.plans for op in plan.prefix_ops)
+
+
+def test_the_cache_keeps_at_most_one_finished_sequence_per_lane_of_width():
+    # Idle cached cells still cost attention in llama.cpp's unified KV: they stay within the width.
+    scheduler, engine, loop, steps = make(cached=64, max_batch=3)
+    sizes = []
+    for i in range(10):
+        scheduler.add(request([500 + i] * 12 + [1, 2, 3], 4, agent=f"a{i}"), loop.clock.now())
+        drain(loop, lambda: sizes.append(len(scheduler.prefix_cache)))
+    assert max(sizes) == 3
+    scheduler.reconfigure(scheduler.config.with_changes(max_batch=2), loop.clock.now())
+    scheduler.add(request([900] * 12, 4, agent="late"), loop.clock.now())
+    drain(loop)
+    assert len(scheduler.prefix_cache) == 2
