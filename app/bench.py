@@ -64,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit-widths", type=int_list, default=(1, 2, 4, 8, 16), help="widths the sweep measures")
     p.add_argument("--fit-steps", type=int, default=24, help="decode steps measured per width")
     p.add_argument("--fit-context", type=int, default=None,
-                   help="context (tokens) the sweep's decodes attend over (default: the workload's mean per decode row)")
+                   help="tokens of context the sweep's decodes attend over (default: the workload's mean, "
+                        "per decode row)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run_bench)
 

@@ -9,9 +9,11 @@ Prefix reuse: a request that finishes (stopped or length) leaves its KV resident
 cache instead of releasing it. When a request gets its first prompt chunk, it takes the longest
 prefix held by a cached sequence (adopted in place when the whole entry matches or it is the same
 agent's, else copied) or by a live sequence (copied), and starts with num_computed_tokens = that
-length. An engine that cannot copy (llama.cpp's split KV) only adopts, and holds live and cached
-sequences in one pool of `max_sequences` ids, so a new lane evicts a cached sequence when the pool is full. Cached KV is accounted separately (kv_cached) and always yields: entries are evicted, least
-recently used first, whenever live sequences need the room, before anything live is preempted.
+length. The cache keeps at most one finished sequence per lane of width. An engine that cannot copy
+(llama.cpp's split KV) only adopts, and holds live and cached sequences in one pool of ids, so a lane
+that starts evicts a cached sequence when the pool (within the width) is full. Cached KV is accounted
+separately (kv_cached) and always yields: entries are evicted, least recently used first, whenever
+live sequences need the room, before anything live is preempted.
 """
 
 from __future__ import annotations

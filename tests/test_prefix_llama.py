@@ -55,6 +55,17 @@ def finish(loop: EngineLoop, engine) -> None:
     assert loop.scheduler.kv_used == loop.scheduler.kv_cached == 0
 
 
+def computed_fresh(engine, prompt: list[int], max_tokens: int, max_batch: int = 4) -> list[int]:
+    """The greedy output of `prompt` computed from scratch, reuse off, leaving no KV behind."""
+    loop = make_loop(engine, max_batch=max_batch, prefix_cache=False)
+    fresh = Request(list(prompt), greedy(max_tokens))
+    loop.scheduler.add(fresh, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    loop.step()
+    return fresh.output_token_ids
+
+
 def check_live_kv(loop: EngineLoop, engine) -> None:
     """Every live sequence holds exactly the KV the scheduler accounts for it."""
     for lane in loop.scheduler.lanes:
@@ -155,13 +166,7 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
     assert {a: (q, h) for s in steps for a, q, h in s.prefix_agents if h} == {
         "b": (other.num_prompt_tokens, SYSTEM_TOKENS), "a": (again.num_prompt_tokens, first.num_tokens - 1)}
     # The adopted turn continues exactly as if it had computed its whole conversation.
-    loop2 = make_loop(engine, prefix_cache=False)
-    fresh = Request(list(again.prompt_token_ids), greedy(6))
-    loop2.scheduler.add(fresh, loop2.clock.now())
-    while loop2.scheduler.has_work:
-        loop2.step()
-    loop2.step()
-    assert again.output_token_ids == fresh.output_token_ids
+    assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 6)
     finish(loop, engine)
 
 
@@ -191,13 +196,7 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
         loop.step()
         check_live_kv(loop, engine)
     assert again.status is RequestStatus.FINISHED_LENGTH and again.num_output_tokens == 8
-    reference = make_loop(engine, prefix_cache=False)
-    fresh = Request(list(again.prompt_token_ids), greedy(8))
-    reference.scheduler.add(fresh, reference.clock.now())
-    while reference.scheduler.has_work:
-        reference.step()
-    reference.step()
-    assert again.output_token_ids == fresh.output_token_ids
+    assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
     finish(loop, engine)
 
 
@@ -238,13 +237,7 @@ def test_split_kv_next_turn_takes_over_its_own_stream(tiny_model_path):
         while scheduler.has_work:
             loop.step()
             check_live_kv(loop, split)
-        reference = make_loop(split, max_batch=2, prefix_cache=False)
-        fresh = Request(list(again.prompt_token_ids), greedy(6))
-        reference.scheduler.add(fresh, reference.clock.now())
-        while reference.scheduler.has_work:
-            reference.step()
-        reference.step()
-        assert again.output_token_ids == fresh.output_token_ids
+        assert again.output_token_ids == computed_fresh(split, again.prompt_token_ids, 6, max_batch=2)
         finish(loop, split)
         assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
 
