@@ -78,12 +78,14 @@ class PrefixCache:
     def get(self, handle: Request) -> CacheEntry | None:
         return self._entries.get(handle.request_id)
 
-    def insert(self, handle: Request, num_tokens: int) -> list[CacheEntry]:
-        """Caches the first num_tokens of a finished request; returns entries evicted to stay within max_entries."""
+    def insert(self, handle: Request, num_tokens: int, limit: int | None = None) -> list[CacheEntry]:
+        """Caches the first num_tokens of a finished request; returns the entries evicted to stay within
+        max_entries (and `limit`, where the caller holds fewer)."""
         evicted: list[CacheEntry] = []
         if self.max_entries < 1 or num_tokens < MIN_MATCH_TOKENS:
             return evicted
-        while len(self._entries) >= self.max_entries:
+        cap = self.max_entries if limit is None else max(1, min(limit, self.max_entries))
+        while len(self._entries) >= cap:
             evicted.append(self.pop_lru())
         entry = CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent)
         self._entries[handle.request_id] = entry

@@ -394,9 +394,7 @@ class Scheduler:
         n = request.num_computed_tokens
         # At most one finished sequence per lane of width, as llama-server's slots each keep their last
         # prompt: llama.cpp attends over idle cells too (masked), so idle KV beyond that slows every step.
-        while len(self.prefix_cache) >= self.config.max_batch and self._evict_one():
-            pass
-        for entry in self.prefix_cache.insert(request, n):
+        for entry in self.prefix_cache.insert(request, n, limit=self.config.max_batch):
             self._drop_entry(entry)
         if self.prefix_cache.get(request) is None:
             self._release.append(request)
