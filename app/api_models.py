@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from runtime.config import POLICY_NAMES
+from runtime.request import MAX_TOP_LOGPROBS
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
 MAX_NAME_CHARS = 256
 MAX_TOOLS = 128
 MAX_LOGIT_BIAS = 1024
+# Choices per request: each is a lane, so the width bounds what is useful.
+MAX_CHOICES = 16
+MAX_GRAMMAR_CHARS = 65536
 # No engine here has a longer context; the real limit is checked against the engine.
 MAX_TOKENS_LIMIT = 1 << 20
 
@@ -30,13 +36,15 @@ TopPField = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass")
 PenaltyField = Field(0.0, ge=-2.0, le=2.0, description="OpenAI-style penalty, -2..2")
 SeedField = Field(None, ge=-(1 << 63), lt=1 << 64, description="Seed for reproducible sampling")
 UserField = Field(None, max_length=MAX_NAME_CHARS, description="The agent's name (falls back to X-Agent-Name)")
-NField = Field(1, ge=1, le=1, description="Choices per request; only 1 is supported")
+NField = Field(1, ge=1, le=MAX_CHOICES, description="Choices per request, one lane each, sharing the prompt's KV")
 StopField = Field(None, description=f"Up to {MAX_STOP_STRINGS} strings that end the output")
 LogitBiasField = Field(None, description="Token id -> bias within -100..100")
 TopKField = Field(0, ge=0, le=1 << 20, description="llama.cpp extension: top-k (0 = off)")
 MinPField = Field(0.0, ge=0.0, le=1.0, description="llama.cpp extension: min-p (0 = off)")
 RepeatPenaltyField = Field(1.0, ge=0.0, le=10.0, description="llama.cpp extension: repeat penalty (1 = off)")
 IgnoreEosField = Field(False, description="llama.cpp extension: never stop at end-of-generation tokens")
+GrammarField = Field(None, max_length=MAX_GRAMMAR_CHARS,
+                     description="llama.cpp extension: a GBNF grammar (rule 'root') the output must match")
 
 
 class _Lenient(BaseModel):
@@ -141,7 +149,7 @@ class SamplingRequest(_Lenient):
     min_p: float = MinPField
     repeat_penalty: float = RepeatPenaltyField
     ignore_eos: bool = IgnoreEosField
-    logprobs: bool | int | None = Field(None, description="Not supported; must be absent, null or false")
+    grammar: str | None = GrammarField
 
     @field_validator("stop")
     @classmethod
@@ -172,13 +180,6 @@ class SamplingRequest(_Lenient):
                 raise ValueError(f"logit_bias values must be within -100..100, got {bias} for token {token}")
         return value
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: bool | int | None) -> bool | int | None:
-        if value:
-            raise ValueError("logprobs are not supported by this server")
-        return value
-
     @property
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -195,6 +196,29 @@ class SamplingRequest(_Lenient):
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
 
+    @property
+    def top_logprobs_count(self) -> int | None:
+        """Top alternatives to report per token; None: no logprobs at all."""
+        return None
+
+
+class JsonSchemaFormat(_Lenient):
+    name: str = Field("response", max_length=MAX_NAME_CHARS)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            raise ValueError("response_format json_schema needs json_schema.schema")
+        return self
+
 
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=100_000)
@@ -202,6 +226,10 @@ class ChatCompletionRequest(SamplingRequest):
     tool_choice: ToolChoice | None = None
     max_completion_tokens: int | None = MaxTokensField
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = Field(None, description="Return each output token's log-probability")
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
+                                     description="Most likely alternatives per token (needs logprobs)")
 
     @model_validator(mode="after")
     def _named_tool_exists(self) -> ChatCompletionRequest:
@@ -211,7 +239,17 @@ class ChatCompletionRequest(SamplingRequest):
                 raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not in tools")
         elif self.tool_choice == "required" and not self.tools:
             raise ValueError("tool_choice 'required' needs tools")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         return self
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def forces_tool_call(self) -> bool:
+        return bool(self.tools) and (self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice))
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -231,6 +269,12 @@ class CompletionRequest(SamplingRequest):
     prompt: str | list[int] | list[str] = Field(description="Text, or token ids; a list of texts must hold one")
     echo: bool = False
     suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
+                                 description="Return each token's log-probability and this many alternatives")
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -255,16 +299,20 @@ class SchedulerUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: Literal["naive", "shrinking", "continuous"] | None = None
+    policy: Literal[POLICY_NAMES] | None = None
     max_batch: int | None = Field(None, ge=1, le=256)
     prefill_chunk: int | None = Field(None, ge=1, le=65536)
     kv_budget: int | None = Field(None, ge=1)
     admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)
     prefix_cache: bool | None = None
+    # Each replaces the whole map: agents left out go back to weight 1 and priority 0.
+    agent_weights: dict[str, float] | None = None
+    agent_priorities: dict[str, int] | None = None
 
     def changes(self) -> dict[str, Any]:
         changes = self.model_dump(exclude_unset=True)
-        for key in ("policy", "max_batch", "prefill_chunk", "admission_wait_s", "prefix_cache"):
+        for key in ("policy", "max_batch", "prefill_chunk", "admission_wait_s", "prefix_cache", "agent_weights",
+                    "agent_priorities"):
             if key in changes and changes[key] is None:
                 raise ValueError(f"{key} must not be null")
         return changes
@@ -285,26 +333,65 @@ class Usage(BaseModel):
 
 
 class ResponseFunction(BaseModel):
-    name: str
+    name: str | None = None
     arguments: str
 
 
 class ResponseToolCall(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
+    index: int | None = None  # streamed deltas only
+    id: str | None = None
+    type: Literal["function"] | None = "function"
     function: ResponseFunction
 
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
-class ResponseMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobOut(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprobOut]
+    refusal: None = None
+
+
+class AssistantMessage(BaseModel):
+    """The assistant's reply: whole in a completion (ResponseMessage), in pieces in a chunk (ChatDelta)."""
+
+    role: Literal["assistant"] | None = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ResponseToolCall] | None = None
+
+    # Fields sent even when null.
+    _always: frozenset[str] = frozenset({"role", "content"})
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None or k in self._always}
+
+
+class ResponseMessage(AssistantMessage):
+    pass
+
+
+class ChatDelta(AssistantMessage):
+    role: Literal["assistant"] | None = None
+    _always: frozenset[str] = frozenset()
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: ResponseMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str
 
 
@@ -317,11 +404,25 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
-    finish_reason: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
 
 
 class Completion(BaseModel):

@@ -8,10 +8,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from app import bench_critical_path
 from app.engines import add_engine_arguments, engine_for
 from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
 from runtime.config import POLICY_NAMES, SchedulerConfig
+from runtime.policy_registry import BATCHING_POLICY_NAMES
 from runtime.engine import Sample, StepPlan, StepResult
 from runtime.fit import StepLine, fit_step_line, predicted_tok_s
 from runtime.modeled_engine import ModeledEngine
@@ -45,6 +47,11 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                        help="multi-turn agents: each of T turns resends the whole conversation (system prompt, task, "
                             "every earlier reply and tool result); sets the requests per agent")
     group.add_argument("--tool-tokens", type=int, default=64, help="tool result appended after each reply (--turns)")
+    group.add_argument("--real-agents", action="store_true",
+                       help="real agents: multi-turn coding chats (shared system prompt, varied tasks, tool results) "
+                            "that end when the model stops; --lengths, --spread and the token counts are unused")
+    group.add_argument("--reply-tokens", type=int, default=256,
+                       help="with --real-agents: most tokens one reply may take before it is cut off")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens of context the sweep's decodes attend over (default: the workload's mean, "
                         "per decode row)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    bench_critical_path.add_arguments(p)
     p.set_defaults(run=run_bench)
 
     o = sub.add_parser("overhead", help="measure the scheduler's own cost per step at N running sequences")
@@ -77,6 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.critical_path:
+        return bench_critical_path.run(args, None if args.policy == "all" else (args.policy,))
     max_batch = args.max_batch or min(args.agents, 256)
     workload = SwarmWorkload(
         agents=args.agents,
@@ -87,10 +97,15 @@ def run_bench(args: argparse.Namespace) -> int:
         system_tokens=args.system_tokens,
         conversation=args.turns is not None,
         tool_tokens=args.tool_tokens,
+        real_agents=args.real_agents,
+        reply_tokens=args.reply_tokens,
     )
-    policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
+    # "all" is the seed's comparison of batching policies; the agent-aware ones differ on --critical-path.
+    policies = BATCHING_POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
     lanes = max(max_batch, *args.fit_widths) if args.fit else max_batch
+    if args.real_agents and args.engine != "llama":
+        raise ValueError("--real-agents needs --engine llama: the modeled card writes no text and never stops")
     engine = engine_for(args, realtime=args.realtime, max_lanes=lanes)
     virtual = isinstance(engine, ModeledEngine) and not args.realtime
     fit = None
@@ -159,7 +174,8 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
 
 
 def _predictions(fit: Sweep | None, workload: SwarmWorkload, max_batch: int, policies) -> dict[str, float]:
-    if fit is None or fit.line is None or workload.agents != max_batch:
+    # Real agents' lengths are the model's to choose, so no schedule can be predicted ahead.
+    if fit is None or fit.line is None or workload.agents != max_batch or workload.real_agents:
         return {}
     rounds = [[workload.max_tokens(a, t) for a in range(workload.agents)] for t in range(workload.requests_per_agent)]
     return {policy: predicted_tok_s(policy, rounds, fit.line) for policy in policies}
@@ -175,14 +191,20 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
         "turns": workload.requests_per_agent if workload.conversation else None,
         "tool_tokens": workload.tool_tokens if workload.conversation else None,
         "max_batch": max_batch,
+        "real_agents": workload.real_agents,
+        "reply_tokens": workload.reply_tokens if workload.real_agents else None,
     }
 
 
 def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float]) -> None:
     print(f"engine: {engine.name}")
-    print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths {workload.effective_lengths}, "
-          f"prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
-    if workload.conversation or workload.system_tokens:
+    if workload.real_agents:
+        print(f"{workload.agents} real agents x {workload.requests_per_agent} turns (coding chats that end on the "
+              f"model's own stop, replies capped at {workload.reply_tokens} tokens), {max_batch} lanes")
+    else:
+        print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths "
+              f"{workload.effective_lengths}, prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
+    if not workload.real_agents and (workload.conversation or workload.system_tokens):
         print(f"shared system prompt {workload.system_tokens} tokens"
               + (f"; {workload.requests_per_agent} turns, each resending the whole conversation "
                  f"(+ reply + {workload.tool_tokens}-token tool result per turn)" if workload.conversation else ""))
@@ -209,6 +231,23 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
         print(f"{r.policy:<12}{'on' if r.prefix_cache else 'off':>8}{r.prompt_tokens:>12}{r.prefill_tokens:>10}"
               f"{r.prefix_hits:>10}{r.prefix_hit_rate:>10.1%}{_ms(r.ttft_p50):>10}{_ms(r.ttft_p95):>10}"
               f"{r.kv_cached_peak:>13}")
+    _print_checkpoints(results, engine)
+    if workload.real_agents:
+        print(f"{'policy':<12}{'requests':>9}{'stopped':>9}{'len min':>9}{'len p50':>9}{'len max':>9}")
+        for r in results:
+            print(f"{r.policy:<12}{r.requests:>9}{r.natural_stops:>9}{r.length_min:>9}{r.length_p50 or 0:>9.0f}"
+                  f"{r.length_max:>9}")
+
+
+def _print_checkpoints(results, engine) -> None:
+    """A hybrid model resumes only at checkpoints (a sequence's own end counts as one): how much of
+    the prompts they served, and what they held."""
+    if getattr(engine, "checkpoints", None) is None:
+        return
+    for r in results:
+        share = r.prefix_hits / r.prompt_tokens if r.prompt_tokens else 0.0
+        print(f"{r.policy:<12}recurrent-state checkpoints: {share:.1%} of prompt tokens resumed from them; "
+              f"peak {r.checkpoints_peak} held, {r.checkpoint_bytes_peak / 1e6:.1f} MB")
 
 
 def _ms(seconds: float | None) -> str:

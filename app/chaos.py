@@ -27,7 +27,7 @@ MALFORMED: list[tuple[str, bytes | dict]] = [
     ("negative max_tokens", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}),
     ("absurd max_tokens", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**12}),
     ("temperature 5", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 5}),
-    ("n = 3", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "n": 3}),
+    ("n = 17 (more than 16 choices)", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "n": 17}),
     ("max_tokens a string", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}),
     ("content a number", {"messages": [{"role": "user", "content": 42}], "max_tokens": 5}),
 ]

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from app import bench, chaos_cli, demo_model_cli, serve, swarm_cli
+from app import bench, chaos_cli, demo_model_cli, gateway_cli, serve, swarm_cli
 from runtime.engine import EngineLoadError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench.register(sub)
     serve.register(sub)
+    gateway_cli.register(sub)
     swarm_cli.register(sub)
     chaos_cli.register(sub)
     demo_model_cli.register(sub)

@@ -1,5 +1,7 @@
-"""OpenAI-shaped errors: {"error": {"message", "type", "param", "code"}}, and the handlers that make them.
+"""Errors in the API's own shape, and the handlers that make them.
 
+OpenAI's {"error": {"message", "type", "param", "code"}} everywhere (the Responses API included),
+except under /v1/messages, where Anthropic clients expect {"type": "error", "error": {"type", "message"}}.
 A client's mistake is always a 4xx with a message saying what to fix; a 500 means a bug here.
 """
 
@@ -30,6 +32,20 @@ _TYPES = {
     500: "server_error",
     503: "server_error",
 }
+
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+ANTHROPIC_PREFIX = "/v1/messages"
 
 
 class APIError(Exception):
@@ -91,12 +107,19 @@ def _is_type_tag(part: str) -> bool:
     return "[" in part or part in _TYPE_TAGS or part[:1].isupper()
 
 
-def check_api_key(expected: str | None, authorization: str | None) -> None:
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+
+
+def check_api_key(expected: str | None, authorization: str | None, x_api_key: str | None = None) -> None:
+    """The key as a bearer token (OpenAI clients, ANTHROPIC_AUTH_TOKEN) or in x-api-key (Anthropic SDKs)."""
     if expected is None:
         return
     scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+    bearer_ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
+    header_ok = x_api_key is not None and hmac.compare_digest(x_api_key.strip().encode(), expected.encode())
+    if not (bearer_ok or header_ok):
+        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -130,31 +153,33 @@ def too_large(limit: int) -> APIError:
     return APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
 
 
-def json_error(status: int, message: str, param: str | None = None, code: str | None = None,
-               headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+def error_response(request: Request, error: APIError) -> JSONResponse:
+    """The error in the shape the route's clients parse."""
+    if request.url.path.startswith(ANTHROPIC_PREFIX):
+        body = anthropic_error_body(error.status, error.message)
+    else:
+        body = error.body()
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        error = validation_error(exc)
-        return JSONResponse(error.body(), status_code=error.status)
+        return error_response(request, validation_error(exc))
 
     @app.exception_handler(ValidationError)
     async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
-        error = validation_error(exc)
-        return JSONResponse(error.body(), status_code=error.status)
+        return error_response(request, validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return json_error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+        return error_response(request, APIError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return json_error(500, f"internal server error: {type(exc).__name__}: {exc}")
+        return error_response(request, APIError(500, f"internal server error: {type(exc).__name__}: {exc}"))

@@ -37,6 +37,16 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class _Front:
+    """The ASGI app behind the socket, replaceable between requests without closing the port."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+
 def _is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
@@ -76,6 +86,7 @@ class HttpServer:
                 f"model. Set --api-key (SWARM_PANEL_API_KEY), or --insecure-public-without-api-key if you mean it"
             )
         self.app = create_app(service)
+        self._front = _Front(self.app)
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._bound_port: int | None = None
@@ -99,7 +110,7 @@ class HttpServer:
         sock = bind_socket(self.host, self.port)
         self._bound_port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app, host=self.host, port=self._bound_port, log_config=None, access_log=False, lifespan="off",
+            self._front, host=self.host, port=self._bound_port, log_config=None, access_log=False, lifespan="off",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, server_header=False,
             timeout_keep_alive=KEEP_ALIVE_S,
         )
@@ -111,6 +122,13 @@ class HttpServer:
                 self._task.result()  # raises what stopped it
                 raise RuntimeError(f"the HTTP server on {self.url} stopped while starting")
             await asyncio.sleep(0.005)
+
+    def serve(self, app=None) -> None:
+        """From the next request on, answers with `app` (the panel's fleet gateway); None: the service's own.
+
+        Agents keep their base URL across the switch: the port never closes.
+        """
+        self._front.app = self.app if app is None else app
 
     async def stop(self) -> None:
         """Stops accepting, lets open responses finish (a few seconds at most), releases the port."""

@@ -18,12 +18,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from runtime.agent_service import AgentTotals
 from runtime.config import POLICY_NAMES
 
 if TYPE_CHECKING:
     from app.service import SwarmService
 
 PREFIX = "swarm_panel:"
+# Agents named in per-agent series; the rest are summed under OTHER_AGENTS.
+TOP_AGENTS = 16
+OTHER_AGENTS = "other"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # vLLM's buckets.
@@ -130,6 +134,10 @@ class SwarmCollector(Collector):
         yield gauge("kv_cache_capacity_tokens", "KV tokens the scheduler may use", snap.kv_capacity)
         yield gauge("kv_cache_cached_tokens", "Idle KV kept for prefix reuse (not counted as used)", snap.kv_cached)
         yield gauge("kv_cache_cached_sequences", "Finished sequences kept for prefix reuse", snap.cached_sequences)
+        yield gauge("recurrent_checkpoints", "Recurrent-state checkpoints a hybrid model keeps for prefix reuse",
+                    snap.checkpoints)
+        yield gauge("recurrent_checkpoint_bytes", "Memory those checkpoints hold, outside the KV cache",
+                    snap.checkpoint_bytes)
         yield counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache", snap.prefix_cache_queries)
         yield counter("prefix_cache_hits", "Prompt tokens served from the prefix cache", snap.prefix_cache_hits)
         yield counter("prompt_tokens", "Prompt tokens of finished HTTP requests", server.prompt_tokens)
@@ -172,6 +180,32 @@ class SwarmCollector(Collector):
             per_agent.add_metric([*values, agent], count)
         yield per_agent
         yield gauge("engine_up", "1 while the engine thread runs", 1.0 if thread is not None and thread.alive else 0.0)
+        if thread is not None:
+            yield from _agent_service(thread.scheduler.service.snapshot(), names, values)
+
+
+def _agent_service(totals: list[AgentTotals], names: list[str], values: list[str]) -> Iterable[Metric]:
+    """Per-agent service counters: the TOP_AGENTS most served by name, the rest summed as "other".
+
+    Agent names come from clients, so their number is unbounded; a fixed cut keeps the label set small.
+    A counter may move between a name and "other" as agents overtake each other; sums stay right.
+    """
+    ranked = sorted(totals, key=lambda t: t.attained, reverse=True)
+    shown, rest = ranked[:TOP_AGENTS], ranked[TOP_AGENTS:]
+    rows = [(t.agent, t.prompt_tokens, t.output_tokens, t.attained) for t in shown]
+    if rest:
+        rows.append((OTHER_AGENTS, sum(t.prompt_tokens for t in rest), sum(t.output_tokens for t in rest),
+                     sum(t.attained for t in rest)))
+    families = (
+        ("agent_prompt_tokens_computed", "Prompt tokens computed for each agent (not served from cache)", 1),
+        ("agent_generation_tokens", "Output tokens generated for each agent", 2),
+        ("agent_service_tokens", "Weighted service per agent (prompt 1, output 2), as fair share and LAS count it", 3),
+    )
+    for name, doc, column in families:
+        family = CounterMetricFamily(PREFIX + name, doc, labels=[*names, "agent"])
+        for row in rows:
+            family.add_metric([*values, row[0]], row[column])
+        yield family
 
 
 def _thread_of(service: SwarmService):

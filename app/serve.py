@@ -27,7 +27,8 @@ _FLAGS: list[tuple[str, str, dict]] = [
     ("--api-key", "api_key", {"help": "bearer token clients must send"}),
     ("--cors-origin", "cors_origins", {"action": "append", "help": "origin allowed by CORS (repeatable)"}),
     ("--engine", "engine", {"choices": ("modeled", "llama"), "help": "llama (default) or modeled"}),
-    ("--model", "model", {"type": Path, "help": "GGUF file for the llama engine (default: the demo model)"}),
+    ("--model", "model", {"type": Path, "help": "GGUF file for the llama engine (default: the bundled "
+                                                "SmolLM2-135M-Instruct; 'demo': the random-weight demo model)"}),
     ("--profile", "profile", {"help": "card profile the modeled engine imitates"}),
     ("--policy", "policy", {"choices": ("naive", "shrinking", "continuous"), "help": "batching policy"}),
     ("--max-batch", "max_batch", {"type": int, "help": "most sequences in one step"}),
@@ -41,7 +42,13 @@ _FLAGS: list[tuple[str, str, dict]] = [
     ("--n-gpu-layers", "n_gpu_layers", {"type": int, "help": "layers offloaded to the GPU (-1 = all)"}),
     ("--kv-type", "kv_type", {"choices": ("f16", "q8_0", "q4_0"), "help": "KV cache element type"}),
     ("--flash-attn", "flash_attn", {"choices": ("auto", "on", "off"), "help": "llama.cpp flash attention"}),
-    ("--threads", "threads", {"type": int, "help": "CPU threads for llama.cpp (default: all cores)"}),
+    ("--threads", "threads", {"type": int, "help": "CPU threads for llama.cpp (default: all cores but one on "
+                                                   "the CPU, llama.cpp's default with GPU offload)"}),
+    ("--checkpoint-budget-mb", "checkpoint_budget_mb", {"type": int, "help": "memory for recurrent-state "
+                                                        "checkpoints of hybrid models such as Qwen3.5 (0: none)"}),
+    ("--extra-buffers", "extra_buffers", {"choices": ("auto", "on", "off"),
+                                          "help": "llama.cpp's extra buffer types (AMX, repacked weights); auto: "
+                                                  "a one-time probe in a child process decides"}),
     ("--no-kv-unified", "kv_unified", {"action": "store_false",
                                        "help": "split KV as llama-server: each lane its own n_ctx/max-batch share; "
                                                "faster attention on small models, no cross-lane prefix sharing"}),

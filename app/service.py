@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from app.agent_activity import AgentActivity
 from app.engines import engine_for
 from app.settings import Settings
 from runtime.engine import Engine
@@ -60,6 +61,7 @@ class SwarmService:
         self.engine_factory = engine_factory
         self.metrics = MetricsAggregator()
         self.inflight = InflightAgents()
+        self.activity = AgentActivity()
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._thread: EngineThread | None = None

@@ -14,7 +14,8 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from runtime.config import MAX_LANES, SchedulerConfig
+from app.backends import BackendConfig
+from runtime.config import MAX_LANES, POLICY_NAMES, SchedulerConfig
 from runtime.profiles import PROFILES
 
 APP_NAME = "swarm-panel"
@@ -39,10 +40,12 @@ class Settings(BaseSettings):
     engine: Literal["modeled", "llama"] = Field(
         "llama", description="llama: llama.cpp on a GGUF (the demo model if none is given); modeled: the cost model"
     )
-    model: Path | None = Field(None, description="GGUF file for the llama engine; none means the demo model")
+    model: Path | None = Field(
+        None, description="GGUF file for the llama engine; none means the bundled SmolLM2-135M-Instruct, "
+        "'demo' the random-weight demo model")
     profile: str = Field(next(iter(PROFILES)), description="Card and model the modeled engine imitates")
 
-    policy: Literal["naive", "shrinking", "continuous"] = Field("continuous", description="Batching policy")
+    policy: Literal[POLICY_NAMES] = Field("continuous", description="Scheduling policy")
     max_batch: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
     prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes")
     kv_budget: int | None = Field(None, ge=1, description="KV tokens the scheduler may use; none means all")
@@ -54,7 +57,15 @@ class Settings(BaseSettings):
     n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="llama.cpp flash attention")
     kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
-    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for llama.cpp; none means all cores")
+    threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads for llama.cpp; none means all cores but one on a CPU-only "
+        "run (room for the panel and the HTTP loop), llama.cpp's own default with GPU offload")
+    checkpoint_budget_mb: int = Field(
+        1024, ge=0, le=1 << 20, description="Memory for recurrent-state checkpoints of hybrid models (Qwen3.5), "
+        "which let a resent conversation resume instead of recomputing; 0 turns prefix reuse off for them")
+    extra_buffers: Literal["auto", "on", "off"] = Field(
+        "auto", description="llama.cpp's extra buffer types (AMX, repacked weights), which crash or miscompute on "
+        "some CPUs: auto decides by a one-time probe in a child process, remembered per build, CPU and model")
     kv_unified: bool = Field(
         True, description="One KV pool every lane may fill and share prefixes from; off gives each lane its own "
         "n_ctx/max_batch share (llama-server's layout): cheaper attention on small models, and reuse only of a "
@@ -63,6 +74,13 @@ class Settings(BaseSettings):
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
+
+    backends: list[BackendConfig] = Field(
+        default_factory=list, description="Remote engines the gateway fronts ([[backends]] url, kind, api_key, weight)")
+    gateway_policy: Literal["continuous", "fair"] = Field(
+        "continuous", description="Gateway admission: first come first served, or fair share between agents")
+    gateway_routing: Literal["affinity", "round-robin"] = Field(
+        "affinity", description="Gateway routing: keep an agent and its system prompt on one backend, or rotate")
 
     @field_validator("profile")
     @classmethod

@@ -16,14 +16,19 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.tool_calls import ParsedToolCall, ToolCallStreamParser
+from app.api_models import ChatChunkChoice, ChatDelta, CompletionChoice, ResponseFunction, ResponseToolCall
+from app.logprobs import chat_logprobs, completion_logprobs
 from runtime.engine_thread import EngineThread
 from runtime.request import Request, RequestOutput
+
+if TYPE_CHECKING:
+    from app.chat_run import ChatRun
 
 DISCONNECT_POLL_S = 0.5
 
@@ -177,17 +182,10 @@ class EventStreamResponse(StreamingResponse):
             self._on_close()
 
 
-def sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-
-
-def usage(handle: RequestHandle) -> dict[str, int]:
-    return {
-        "prompt_tokens": handle.prompt_tokens,
-        "completion_tokens": handle.completion_tokens,
-        "total_tokens": handle.prompt_tokens + handle.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": handle.request.num_cached_tokens},
-    }
+def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
+    """One server-sent event; `event` names it, as the Responses and Anthropic streams do."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 def stream_error(message: str, status_type: str = "server_error", code: str | None = "engine_error") -> bytes:
@@ -201,86 +199,74 @@ class ChunkMaker:
         self.base = {"id": response_id, "object": obj, "created": int(time.time()), "model": model}
         self.include_usage = include_usage
 
-    def chunk(self, choice: dict[str, Any]) -> bytes:
-        payload = {**self.base, "choices": [choice]}
+    def chunk(self, choice: BaseModel) -> bytes:
+        payload = {**self.base, "choices": [choice.model_dump()]}
         if self.include_usage:
             payload["usage"] = None
         return sse(payload)
 
-    def usage_chunk(self, handle: RequestHandle) -> bytes:
-        return sse({**self.base, "choices": [], "usage": usage(handle)})
+    def usage_chunk(self, usage: dict[str, Any]) -> bytes:
+        return sse({**self.base, "choices": [], "usage": usage})
 
 
-def _tool_call_deltas(calls: list[ParsedToolCall], first_index: int) -> list[dict[str, Any]]:
-    return [
-        {"index": first_index + i, "id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": c.arguments}}
-        for i, c in enumerate(calls)
-    ]
-
-
-async def chat_stream(
-    handle: RequestHandle,
-    chunks: ChunkMaker,
-    is_disconnected: Callable[[], Awaitable[bool]],
-    tool_parser: ToolCallStreamParser | None = None,
-) -> AsyncIterator[bytes]:
-    def delta(d: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return chunks.chunk({"index": 0, "delta": d, "logprobs": None, "finish_reason": finish_reason})
-
-    yield delta({"role": "assistant", "content": ""})
-    num_calls = 0
+async def chat_stream(run: ChatRun, chunks: ChunkMaker, is_disconnected: Callable[[], Awaitable[bool]],
+                      with_logprobs: bool) -> AsyncIterator[bytes]:
+    num_calls = [0] * len(run.handles)
+    for index in range(len(run.handles)):
+        yield chunks.chunk(ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")))
+    error = None
     try:
-        async for batch in handle.batches(is_disconnected):
-            text = "".join(output.text for output in batch)
-            calls: list[ParsedToolCall] = []
-            if tool_parser is not None:
-                text, calls = tool_parser.feed(text)
-                if handle.finished:
-                    rest, more = tool_parser.finish()
-                    text, calls = text + rest, calls + more
-            if text:
-                yield delta({"content": text})
-            if calls:
-                yield delta({"tool_calls": _tool_call_deltas(calls, num_calls)})
-                num_calls += len(calls)
+        async for event in run.events(is_disconnected):
+            logprobs = chat_logprobs(event.logprobs) if with_logprobs and event.logprobs else None
+            for piece in event.pieces:
+                if piece.kind == "call":
+                    call = piece.call
+                    delta = ChatDelta(tool_calls=[ResponseToolCall(
+                        index=num_calls[event.index], id=call.id,
+                        function=ResponseFunction(name=call.name, arguments=call.arguments))])
+                    num_calls[event.index] += 1
+                elif piece.kind == "reasoning":
+                    delta = ChatDelta(reasoning_content=piece.text)
+                else:
+                    delta = ChatDelta(content=piece.text)
+                yield chunks.chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=logprobs))
+                logprobs = None
+            if logprobs is not None or event.finish_reason is not None:
+                yield chunks.chunk(ChatChunkChoice(index=event.index, delta=ChatDelta(), logprobs=logprobs,
+                                                   finish_reason=event.finish_reason))
+            error = error or event.error
     except ClientGone:
         return
-    reason = handle.finish_reason
-    if num_calls and reason == "stop":
-        reason = "tool_calls"
-    for end in _stream_end(handle, chunks, lambda: delta({}, reason)):
+    for end in _stream_end(run, chunks, error):
         yield end
 
 
-async def completion_stream(
-    handle: RequestHandle,
-    chunks: ChunkMaker,
-    is_disconnected: Callable[[], Awaitable[bool]],
-    echo: str = "",
-) -> AsyncIterator[bytes]:
-    def choice(text: str, finish_reason: str | None = None) -> bytes:
-        return chunks.chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason})
-
+async def completion_stream(run: ChatRun, chunks: ChunkMaker, is_disconnected: Callable[[], Awaitable[bool]],
+                            echo: str, with_logprobs: bool) -> AsyncIterator[bytes]:
+    offsets = [len(echo)] * len(run.handles)
     if echo:
-        yield choice(echo)
+        for index in range(len(run.handles)):
+            yield chunks.chunk(CompletionChoice(index=index, text=echo))
+    error = None
     try:
-        async for batch in handle.batches(is_disconnected):
-            text = "".join(output.text for output in batch)
-            if text:
-                yield choice(text)
+        async for event in run.events(is_disconnected):
+            text = "".join(piece.text for piece in event.pieces)
+            logprobs = completion_logprobs(event.logprobs, offsets[event.index]) if with_logprobs else None
+            offsets[event.index] += sum(len(t) for t in logprobs.tokens) if logprobs else 0
+            if text or logprobs and logprobs.tokens or event.finish_reason is not None:
+                yield chunks.chunk(CompletionChoice(index=event.index, text=text, logprobs=logprobs,
+                                                    finish_reason=event.finish_reason))
+            error = error or event.error
     except ClientGone:
         return
-    for end in _stream_end(handle, chunks, lambda: choice("", handle.finish_reason)):
+    for end in _stream_end(run, chunks, error):
         yield end
 
 
-def _stream_end(handle: RequestHandle, chunks: ChunkMaker, final_chunk: Callable[[], bytes]) -> Iterator[bytes]:
-    """An error event, or the finish chunk and usage; then [DONE]."""
-    if handle.finish_reason == "error":
-        yield stream_error(handle.error or "the engine failed")
-    else:
-        yield final_chunk()
-        if chunks.include_usage:
-            yield chunks.usage_chunk(handle)
+def _stream_end(run: ChatRun, chunks: ChunkMaker, error: str | None) -> Iterator[bytes]:
+    """An error event if a choice failed, else the usage chunk when asked for; then [DONE]."""
+    if error is not None:
+        yield stream_error(error)
+    elif chunks.include_usage:
+        yield chunks.usage_chunk(run.usage())
     yield DONE

@@ -13,10 +13,14 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from app.swarm_critical_path import CriticalPathClient, turn_body
+from runtime.agent_script import REPEAT_PENALTY, AgentConversation
+from runtime.critical_path import CriticalPathWorkload
 from runtime.metrics import percentile
 from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name, prompt_text, system_text, tool_text
 
@@ -27,6 +31,7 @@ LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
 }
 
 ERROR_BACKOFF_S = 0.25
+REAL_AGENT_TURNS = 4
 
 @dataclass(slots=True)
 class SwarmConfig:
@@ -49,9 +54,25 @@ class SwarmConfig:
     turns: int | None = None
     # Tool result appended (as a user message) after each reply in a conversation.
     tool_tokens: int = 64
+    # Real agents (runtime.agent_script): coding chats of `turns` turns (4 unless given), one after
+    # another, ended by the model's own stop and capped at reply_tokens; lengths are then unused.
+    real_agents: bool = False
+    reply_tokens: int = 256
+    # A coordinator, its workers and a noisy neighbour (app.swarm_critical_path) instead of `agents`
+    # closed-loop agents; it ends after its rounds (or `seconds`).
+    critical_path: CriticalPathWorkload | None = None
 
     def __post_init__(self) -> None:
-        if self.turns is not None:
+        if self.reply_tokens < 1:
+            raise ValueError(f"reply_tokens must be at least 1, got {self.reply_tokens}")
+        if self.real_agents:
+            self.turns = self.turns or REAL_AGENT_TURNS
+            self.ignore_eos = False
+            if self.turns < 1:
+                raise ValueError(f"turns must be at least 1, got {self.turns}")
+            if self.seconds is None and self.requests_per_agent is None:
+                self.requests_per_agent = self.turns
+        elif self.turns is not None:
             if self.turns < 1:
                 raise ValueError(f"turns must be at least 1, got {self.turns}")
             self.requests_per_agent = self.turns
@@ -59,7 +80,7 @@ class SwarmConfig:
             raise ValueError("system_tokens and tool_tokens must not be negative")
         if not 1 <= self.agents <= 1024:
             raise ValueError(f"agents must be within 1..1024, got {self.agents}")
-        if self.seconds is None and self.requests_per_agent is None:
+        if self.seconds is None and self.requests_per_agent is None and self.critical_path is None:
             raise ValueError("give a duration (seconds) or a number of requests per agent")
         if self.seconds is not None and self.seconds <= 0:
             raise ValueError("seconds must be positive")
@@ -109,6 +130,8 @@ class SwarmReport:
     per_agent: dict[str, dict] = field(default_factory=dict)
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # The critical-path swarm's figures: rounds (makespan, shares, Jain), fairness and latency per agent.
+    critical_path: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -122,9 +145,21 @@ class _Swarm:
         self.messages: list[str] = []
         self.deadline = None
         self.conversations: dict[int, list[dict]] = {}
+        self.chats: dict[int, AgentConversation] = {}
+        self.chats_started: dict[int, int] = defaultdict(int)
+
+    def _chat(self, agent: int) -> AgentConversation:
+        """The agent's current chat; after `turns` turns it moves on to its next task."""
+        chat = self.chats.get(agent)
+        if chat is None or chat.turn >= self.config.turns:
+            chat = self.chats[agent] = AgentConversation(agent, self.chats_started[agent])
+            self.chats_started[agent] += 1
+        return chat
 
     def _messages(self, agent: int, turn: int) -> list[dict]:
         c = self.config
+        if c.real_agents:
+            return list(self._chat(agent).messages)
         system = [{"role": "system", "content": system_text(c.system_tokens)}] if c.system_tokens else []
         if c.turns is None:
             return system + [{"role": "user", "content": prompt_text(agent, turn, c.prompt_tokens)}]
@@ -134,6 +169,9 @@ class _Swarm:
 
     def _replied(self, agent: int, turn: int, reply: str) -> None:
         """A conversation turn ended: the reply and the tool result it led to join the agent's history."""
+        if self.config.real_agents:
+            self.chats[agent].replied(reply)
+            return
         if self.config.turns is None:
             return
         self.conversations[agent] += [
@@ -146,15 +184,17 @@ class _Swarm:
         body = {
             "model": c.model,
             "messages": self._messages(agent, turn),
-            "max_tokens": c.workload.max_tokens(agent, turn),
+            "max_tokens": c.reply_tokens if c.real_agents else c.workload.max_tokens(agent, turn),
             "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
             "user": agent_name(agent),
         }
+        if c.real_agents:
+            body["repeat_penalty"] = REPEAT_PENALTY
         if c.ignore_eos:
             body["ignore_eos"] = True
-        if c.eos_token_ids:
+        if c.eos_token_ids and not c.real_agents:
             body["logit_bias"] = {str(t): -100 for t in c.eos_token_ids}
         return body
 
@@ -227,7 +267,11 @@ class _Swarm:
             self.messages.append(message)
 
 
-async def run_swarm(config: SwarmConfig, stop: asyncio.Event | None = None) -> SwarmReport:
+async def run_swarm(config: SwarmConfig, stop: asyncio.Event | None = None,
+                    on_round: Callable[[dict], None] | None = None) -> SwarmReport:
+    """Runs the swarm; `on_round` hears each critical-path round as it ends."""
+    if config.critical_path is not None:
+        return await _run_critical_path(config, stop or asyncio.Event(), on_round)
     swarm = _Swarm(config, stop)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     limits = httpx.Limits(max_connections=config.agents + 4, max_keepalive_connections=config.agents + 4)
@@ -250,6 +294,33 @@ async def run_swarm(config: SwarmConfig, stop: asyncio.Event | None = None) -> S
             await asyncio.gather(*tasks, return_exceptions=True)
     seconds = time.monotonic() - started
     return _report(config, swarm, seconds)
+
+
+async def _run_critical_path(config: SwarmConfig, stop: asyncio.Event,
+                             on_round: Callable[[dict], None] | None) -> SwarmReport:
+    workload = config.critical_path
+    bias = {str(t): -100 for t in config.eos_token_ids}
+    runner = CriticalPathClient(workload, lambda turn: turn_body(turn, config.model, config.ignore_eos, bias), on_round)
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    connections = workload.workers + workload.noisy_concurrency + 4
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    deadline = time.monotonic() + config.seconds if config.seconds is not None else None
+    async with httpx.AsyncClient(base_url=config.url, headers=headers, limits=limits,
+                                 timeout=httpx.Timeout(config.timeout_s, connect=10.0)) as client:
+        figures = await runner.run(client, stop, deadline)
+    latency = figures["latency"]
+    fairness = figures["fairness"]
+    turns = sum(f["turns"] for f in latency.values())
+    return SwarmReport(
+        agents=len(workload.agents), requests=turns, errors=figures["errors"], tokens=int(figures["tokens"]),
+        seconds=figures["seconds"], tok_s=figures["tok_s"], ttft_p50=None, ttft_p95=None,
+        latency_p50=None, latency_p95=None, error_messages=runner.messages,
+        per_agent={agent: {"tokens": fairness["tokens"].get(agent, 0), "share": fairness["share"].get(agent),
+                           "fair_ratio": fairness["fair_ratio"].get(agent), "turns": f["turns"],
+                           "latency_p50": f["p50"], "latency_p95": f["p95"]}
+                   for agent, f in latency.items()},
+        critical_path=figures,
+    )
 
 
 def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:

@@ -1,216 +1,95 @@
-"""Tool calls in a model's output text, turned into OpenAI `tool_calls`.
+"""Tool calls in a model's reply, turned into OpenAI `tool_calls`, streamed or whole.
 
-Three formats, picked from the model's chat template:
-- Hermes / Qwen: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call.
-- Llama 3.x JSON: `{"name": ..., "parameters": {...}}`, optionally after `<|python_tag|>`, several
-  separated by `;`.
-- Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, or the newer
-  `[TOOL_CALLS]name[ARGS]{...}` per call.
+The format is picked from the model's chat template (app.tool_call_formats holds the syntaxes):
+- Hermes / Qwen2.5: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call.
+- Qwen3-Coder / Qwen3.5: `<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>`.
+- Llama 3.x: `{"name": ..., "parameters": {...}}`, bare or after `<|python_tag|>`, several split by `;`.
+- Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}]`, or `[TOOL_CALLS]name[ARGS]{...}` per call.
+- Generic: a template that renders no tools; the server teaches Hermes tags in a system prompt.
 
-Text that does not parse as a call stays content: a model that only looked like it was calling a tool
-loses nothing.
+Only a call naming a declared tool is a call; anything else stays content, and so does the text
+before, between and after calls.
 """
 
 from __future__ import annotations
 
-import ast
 import enum
-import json
-import re
-import secrets
-import string
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-PYTHON_TAG = "<|python_tag|>"
-MISTRAL_CALLS, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
+from app.tool_call_formats import (
+    BAD,
+    HERMES_OPEN,
+    MISTRAL_CALLS,
+    NEED,
+    PYTHON_TAG,
+    ParsedToolCall,
+    Tools,
+    new_call_id,
+    parse_json_block,
+    parse_llama3,
+    parse_mistral,
+    parse_xml_block,
+)
 
-_ID_ALPHABET = string.ascii_letters + string.digits
-_decoder = json.JSONDecoder()
+__all__ = ["ParsedToolCall", "ToolCallFormat", "ToolCallStreamParser", "detect_format", "new_call_id",
+           "parse_tool_calls"]
 
 
 class ToolCallFormat(enum.Enum):
     HERMES = "hermes"
+    QWEN_XML = "qwen_xml"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
+    GENERIC = "generic"
+
+    @property
+    def tagged(self) -> bool:
+        """Calls sit in <tool_call> blocks anywhere in the reply (else they are the reply's tail)."""
+        return self in (ToolCallFormat.HERMES, ToolCallFormat.QWEN_XML, ToolCallFormat.GENERIC)
 
 
 def detect_format(chat_template: str | None) -> ToolCallFormat:
-    """The format the template teaches the model; Hermes (ChatML's) when it names none."""
+    """The format the template teaches the model; GENERIC when it renders no tools at all."""
     template = chat_template or ""
-    if "[TOOL_CALLS]" in template:
+    if MISTRAL_CALLS in template:
         return ToolCallFormat.MISTRAL
+    if "<function=" in template and "<parameter=" in template:
+        return ToolCallFormat.QWEN_XML
     if HERMES_OPEN in template:
         return ToolCallFormat.HERMES
     if PYTHON_TAG in template or ("<|start_header_id|>" in template and "parameters" in template):
         return ToolCallFormat.LLAMA3
-    return ToolCallFormat.HERMES
+    if "tools" in template:
+        return ToolCallFormat.HERMES
+    return ToolCallFormat.GENERIC
 
 
-def new_call_id() -> str:
-    return "call_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
-
-
-@dataclass(slots=True)
-class ParsedToolCall:
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-    id: str = field(default_factory=new_call_id)
-
-    def as_openai(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-def _call(obj: Any, args_keys: tuple[str, ...] = ("arguments", "parameters")) -> ParsedToolCall | None:
-    if not isinstance(obj, dict):
-        return None
-    if isinstance(obj.get("function"), dict):  # {"type": "function", "function": {...}}
-        obj = obj["function"]
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    args: Any = {}
-    for key in args_keys:
-        if key in obj:
-            args = obj[key]
-            break
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            return ParsedToolCall(name, args)
-    return ParsedToolCall(name, json.dumps(args, ensure_ascii=False))
-
-
-def _json_values(text: str) -> list[Any] | None:
-    """Every JSON value in text separated by whitespace or ';'; None if anything else is there."""
-    values, i, n = [], 0, len(text)
-    while True:
-        while i < n and (text[i].isspace() or text[i] == ";"):
-            i += 1
-        if i >= n:
-            return values
-        try:
-            value, i = _decoder.raw_decode(text, i)
-        except ValueError:
-            return None
-        values.append(value)
-
-
-def _python_literal(text: str) -> Any:
-    """Hermes 2 Pro sometimes writes its call as a Python dict (single quotes)."""
-    try:
-        return ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-
-
-def _parse_hermes(text: str) -> tuple[str, list[ParsedToolCall]] | None:
-    start = text.find(HERMES_OPEN)
-    if start < 0:
-        return None
-    calls: list[ParsedToolCall] = []
-    rest = text[start:]
-    for block in re.finditer(r"<tool_call>(.*?)(?:</tool_call>|\Z)", rest, re.DOTALL):
-        values = _json_values(block.group(1))
-        if values is None:
-            values = [_python_literal(block.group(1))]
-        if len(values) != 1:
-            return None
-        call = _call(values[0])
-        if call is None:
-            return None
-        calls.append(call)
-    return (text[:start], calls) if calls else None
-
-
-def _parse_llama3(text: str) -> tuple[str, list[ParsedToolCall]] | None:
-    tag = text.find(PYTHON_TAG)
-    content, body = (text[:tag], text[tag + len(PYTHON_TAG):]) if tag >= 0 else ("", text)
-    if tag < 0 and not body.lstrip().startswith("{"):
-        return None
-    values = _json_values(body)
-    if not values:
-        return None
-    calls = [_call(v, ("parameters", "arguments")) for v in values]
-    if any(c is None for c in calls):
-        return None
-    return content, calls  # type: ignore[return-value]
-
-
-def _parse_mistral(text: str) -> tuple[str, list[ParsedToolCall]] | None:
-    marker = text.find(MISTRAL_CALLS)
-    if marker >= 0:
-        content, body = text[:marker], text[marker + len(MISTRAL_CALLS):]
-    elif text.lstrip().startswith("[{"):
-        # Some GGUF detokenizers drop the control token and leave the bare array.
-        content, body = "", text
-    else:
-        return None
-    calls: list[ParsedToolCall] = []
-    if body.lstrip().startswith("["):
-        values = _json_values(body)
-        if not values:
-            return None
-        for value in values:
-            for obj in value if isinstance(value, list) else [value]:
-                call = _call(obj)
-                if call is None:
-                    return None
-                calls.append(call)
-        return content, calls
-    # The v11 format: name[ARGS]{json}, each call after its own [TOOL_CALLS].
-    for piece in body.split(MISTRAL_CALLS):
-        name, sep, args = piece.partition(MISTRAL_ARGS)
-        name = name.strip()
-        if not sep or not name:
-            return None
-        values = _json_values(args)
-        if not values or len(values) != 1:
-            return None
-        calls.append(ParsedToolCall(name, json.dumps(values[0], ensure_ascii=False)))
-    return content, calls
-
-
-_PARSERS = {
-    ToolCallFormat.HERMES: _parse_hermes,
-    ToolCallFormat.LLAMA3: _parse_llama3,
-    ToolCallFormat.MISTRAL: _parse_mistral,
-}
-
-
-def parse_tool_calls(text: str, fmt: ToolCallFormat) -> tuple[str | None, list[ParsedToolCall]]:
+def parse_tool_calls(text: str, fmt: ToolCallFormat, tools: Tools = None) -> tuple[str | None, list[ParsedToolCall]]:
     """(content, calls): the content is None when only calls were there, the calls empty for none."""
-    parsed = _PARSERS[fmt](text)
-    if parsed is None:
-        return text, []
-    content, calls = parsed
-    return (content.strip() or None), calls
-
-
-def _start_markers(fmt: ToolCallFormat) -> tuple[str, ...]:
-    return {
-        ToolCallFormat.HERMES: (HERMES_OPEN,),
-        ToolCallFormat.LLAMA3: (PYTHON_TAG,),
-        ToolCallFormat.MISTRAL: (MISTRAL_CALLS,),
-    }[fmt]
+    parser = ToolCallStreamParser(fmt, tools)
+    content, calls = parser.feed(text)
+    rest, more = parser.finish()
+    return (content + rest).strip() or None, calls + more
 
 
 class ToolCallStreamParser:
     """Splits streamed text into content deltas and whole tool calls.
 
-    Content streams through until text that may begin a call appears (a start marker, or for
-    Llama 3 and Mistral a leading `{` / `[{`); from there the text is held back. Hermes calls are
-    emitted as each block closes; the other formats are parsed when the output ends. Held text that
-    turns out not to be a call is released as content at the end.
+    Tagged formats: content streams until text that may open a block; the block is held until it
+    closes (or turns out not to be a call, and goes out as content); then content streams again.
+    Whitespace between calls is dropped. Llama 3 and Mistral calls are the reply's tail: from the
+    marker (or a leading `{` / `[{`) the text is held and parsed when the reply ends.
     """
 
-    def __init__(self, fmt: ToolCallFormat) -> None:
+    def __init__(self, fmt: ToolCallFormat, tools: Tools = None) -> None:
         self.fmt = fmt
-        self._markers = _start_markers(fmt)
-        self._pending = ""  # text not yet sent as content (a possible marker prefix)
-        self._held = ""  # text from the first marker on
+        self.tools = tools
+        self._block: Callable[[str, Tools, bool], tuple[ParsedToolCall, int] | str] = (
+            parse_xml_block if fmt is ToolCallFormat.QWEN_XML else parse_json_block)
+        self._marker = HERMES_OPEN if fmt.tagged else (PYTHON_TAG if fmt is ToolCallFormat.LLAMA3 else MISTRAL_CALLS)
+        self._pending = ""  # content not yet sent (a possible marker prefix)
+        self._held = ""  # from an opening marker on
+        self._blank = ""  # trailing whitespace, sent only if content follows (never right before a call)
         self._seen_text = False
         self.calls: list[ParsedToolCall] = []
 
@@ -218,61 +97,94 @@ class ToolCallStreamParser:
         """Content to send now and calls completed by this text."""
         if self._held:
             self._held += text
-            return "", self._complete_hermes_blocks()
-        self._pending += text
-        if not self._seen_text and self._pending.strip():
-            self._seen_text = True
-            if self._starts_bare_call(self._pending.lstrip()):
-                self._held, self._pending = self._pending, ""
+            if not self.fmt.tagged:
                 return "", []
-        for marker in self._markers:
-            at = self._pending.find(marker)
-            if at >= 0:
-                content, self._held, self._pending = self._pending[:at], self._pending[at:], ""
-                return content, self._complete_hermes_blocks()
-        keep = max((_prefix_overlap(self._pending, marker) for marker in self._markers), default=0)
-        if not self._seen_text:
-            # A reply that starts with a call may begin "{" or "[" after whitespace: wait for one more char.
-            return "", []
-        content = self._pending[: len(self._pending) - keep]
-        self._pending = self._pending[len(content):]
-        return content, []
+        else:
+            self._pending += text
+        return self._advance(final=False)
 
     def finish(self) -> tuple[str, list[ParsedToolCall]]:
-        """What is left when the output ends: content that was held and calls not yet emitted."""
-        if not self._held:
-            content, self._pending = self._pending, ""
-            return content, []
-        content, calls = parse_tool_calls(self._held, self.fmt)
-        if not calls:
-            held, self._held = self._held, ""
-            # After calls went out, a broken last block is dropped rather than sent as content.
-            return ("" if self.calls else held), []
-        new = calls[len(self.calls):] if self.fmt is ToolCallFormat.HERMES else calls
-        self.calls.extend(new)
-        self._held = ""
-        return "", new
-
-    def _starts_bare_call(self, text: str) -> bool:
-        if self.fmt is ToolCallFormat.LLAMA3:
-            return text.startswith("{")
-        if self.fmt is ToolCallFormat.MISTRAL:
-            return text.startswith("[{") or (text.startswith("[") and len(text) == 1)
-        return False
-
-    def _complete_hermes_blocks(self) -> list[ParsedToolCall]:
-        if self.fmt is not ToolCallFormat.HERMES:
-            return []
-        closed = self._held.count(HERMES_CLOSE)
-        if closed <= len(self.calls):
-            return []
-        end = self._held.rfind(HERMES_CLOSE) + len(HERMES_CLOSE)
-        parsed = _parse_hermes(self._held[:end])
+        """What is left when the reply ends: held content and calls not yet emitted."""
+        if self.fmt.tagged:
+            content, calls = self._advance(final=True)
+            blank, self._blank = self._blank, ""
+            return content + ("" if self.calls else blank), calls
+        held, self._held = self._held, ""
+        pending, self._pending = self._pending, ""
+        if not held:
+            return pending, []
+        parse = parse_llama3 if self.fmt is ToolCallFormat.LLAMA3 else parse_mistral
+        parsed = parse(held, self.tools)
         if parsed is None:
-            return []
-        new = parsed[1][len(self.calls):]
-        self.calls.extend(new)
-        return new
+            return held, []
+        content, calls = parsed
+        self.calls.extend(calls)
+        return content.strip(), calls
+
+    # -- tagged formats ----------------------------------------------------------------------------
+
+    def _advance(self, final: bool) -> tuple[str, list[ParsedToolCall]]:
+        out: list[str] = []
+        calls: list[ParsedToolCall] = []
+        while True:
+            if self._held:
+                got = self._block(self._held, self.tools, final)
+                if got == NEED:
+                    break
+                if got == BAD:
+                    # Not a call after all: the marker is content and the text after it is looked at again.
+                    out.append(self._content(self._held[: len(self._marker)]))
+                    self._pending = self._held[len(self._marker):] + self._pending
+                    self._held = ""
+                else:
+                    call, used = got
+                    calls.append(call)
+                    self.calls.append(call)
+                    self._blank = ""
+                    self._pending = self._held[used:] + self._pending
+                    self._held = ""
+                continue
+            if not self.fmt.tagged:
+                out.append(self._untagged_content(final))
+                break
+            at = self._pending.find(self._marker)
+            if at >= 0:
+                out.append(self._content(self._pending[:at]))
+                self._held, self._pending = self._pending[at:], ""
+                continue
+            keep = 0 if final else _prefix_overlap(self._pending, self._marker)
+            out.append(self._content(self._pending[: len(self._pending) - keep]))
+            self._pending = self._pending[len(self._pending) - keep:]
+            break
+        return "".join(out), calls
+
+    def _content(self, text: str) -> str:
+        text = self._blank + text
+        kept = text.rstrip()
+        self._blank = text[len(kept):]
+        return kept
+
+    # -- Llama 3 and Mistral -----------------------------------------------------------------------
+
+    def _untagged_content(self, final: bool) -> str:
+        if not self._seen_text and self._pending.strip():
+            self._seen_text = True
+            head = self._pending.lstrip()
+            bare = head.startswith("{") if self.fmt is ToolCallFormat.LLAMA3 else head.startswith(("[{", "["))
+            if bare and (self.fmt is ToolCallFormat.LLAMA3 or head.startswith("[{") or len(head) == 1):
+                self._held, self._pending = self._pending, ""
+                return ""
+        at = self._pending.find(self._marker)
+        if at >= 0:
+            content, self._held, self._pending = self._pending[:at], self._pending[at:], ""
+            return content
+        if not self._seen_text and not final:
+            # A reply that starts with a call may begin "{" or "[" after whitespace: wait for one more char.
+            return ""
+        keep = 0 if final else _prefix_overlap(self._pending, self._marker)
+        content = self._pending[: len(self._pending) - keep]
+        self._pending = self._pending[len(content):]
+        return content
 
 
 def _prefix_overlap(text: str, marker: str) -> int:

@@ -4,6 +4,11 @@ Every server gets the same GGUF and the same closed-loop agent swarm (app.swarm,
 behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine hits all alike.
 
     python benchmarks/peer_servers.py --llama-server PATH [--model GGUF] [--rounds 2] [--seconds 30]
+    python benchmarks/peer_servers.py --llama-server PATH --real-agents [--seconds 60]   # the bundled model
+
+--real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
+stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
+CPU swarm-panel serves its F16 copy of that model by default, so every server gets that file.
 
 llama-server must come from the llama.cpp tree vendored in the installed llama-cpp-python's sdist,
 so both run the same kernels; `benchmarks/build_llama_server.sh` builds it. llama_cpp.server needs
@@ -28,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from app.swarm import SwarmConfig, run_swarm
+from app.engines import resolve_model
 from runtime.demo_model import ensure_demo_model
 
 SCALED_LENGTHS = (10, 22, 38, 55, 75, 120, 162, 225)  # the article's 40..900, divided by four
@@ -86,10 +92,14 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_healthy(url, proc)
-        multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
-        config = SwarmConfig(url=url, agents=args.agents, seconds=None if args.turns else args.seconds,
-                             lengths=args.lengths, prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
-                             **(multi_turn if args.turns else {}))
+        if args.real_agents:
+            config = SwarmConfig(url=url, agents=args.agents, seconds=args.seconds, real_agents=True,
+                                 turns=args.turns, reply_tokens=args.reply_tokens)
+        else:
+            multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
+            config = SwarmConfig(url=url, agents=args.agents, seconds=None if args.turns else args.seconds,
+                                 lengths=args.lengths, prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
+                                 **(multi_turn if args.turns else {}))
         report = asyncio.run(run_swarm(config))
         return report.as_dict()
     finally:
@@ -100,6 +110,11 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def cached_share(report: dict) -> float:
+    """Prompt tokens the server says it served from its cache (usage.prompt_tokens_details.cached_tokens)."""
+    return report["cached_tokens"] / report["prompt_tokens"] if report["prompt_tokens"] else 0.0
 
 
 def main() -> int:
@@ -115,6 +130,10 @@ def main() -> int:
                         help="multi-turn conversations of this many turns, run to completion (not --seconds)")
     parser.add_argument("--system-tokens", type=int, default=0, help="shared system prompt, about this many tokens")
     parser.add_argument("--tool-tokens", type=int, default=64, help="tool result appended each turn")
+    parser.add_argument("--real-agents", action="store_true",
+                        help="real multi-turn coding chats with natural stops, for --seconds (default model: the "
+                             "bundled SmolLM2, as swarm-panel serves it on a CPU)")
+    parser.add_argument("--reply-tokens", type=int, default=256, help="with --real-agents: most tokens per reply")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
@@ -126,7 +145,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     Path(args.logs).mkdir(parents=True, exist_ok=True)
-    model = args.model or ensure_demo_model()
+    model = args.model or (resolve_model(None)[0] if args.real_agents else ensure_demo_model())
     eog = eog_tokens(model)
     results: dict[str, list[dict]] = {}
     for round_index in range(args.rounds):
@@ -138,15 +157,25 @@ def main() -> int:
             results.setdefault(name, []).append(report)
             print(f"round {round_index + 1} {name:<17} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
                   f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms"
-                  f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  {report['seconds']:.1f} s", flush=True)
+                  f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  turn p50 {report['latency_p50'] or 0:5.1f} s"
+                  f"  p95 {report['latency_p95'] or 0:5.1f} s  cached {cached_share(report):4.0%}"
+                  f"  {report['seconds']:.1f} s", flush=True)
     summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
     base = summary.get("swarm-panel")
-    shape = (f"{args.turns} turns, system prompt ~{args.system_tokens} tokens" if args.turns
-             else f"{args.seconds:.0f} s")
-    print(f"\n{args.agents} agents, lengths {list(args.lengths)}, {shape} x {args.rounds} rounds, model {model.name}")
-    for name, tok_s in summary.items():
+    if args.real_agents:
+        shape = f"real agents ({args.turns or 4}-turn chats), {args.seconds:.0f} s"
+    elif args.turns:
+        shape = f"lengths {list(args.lengths)}, {args.turns} turns, system prompt ~{args.system_tokens} tokens"
+    else:
+        shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
+    print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}")
+    for name, runs in results.items():
+        tok_s = summary[name]
         ratio = f"  swarm-panel / this = {base / tok_s:.2f}x" if base and name != "swarm-panel" and tok_s else ""
-        print(f"{name:<17} median {tok_s:7.1f} tok/s{ratio}")
+        p50 = statistics.median(r["latency_p50"] or 0 for r in runs)
+        p95 = statistics.median(r["latency_p95"] or 0 for r in runs)
+        cached = statistics.median(cached_share(r) for r in runs)
+        print(f"{name:<17} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s  cached {cached:4.0%}{ratio}")
     if args.json:
         print(json.dumps({"median_tok_s": summary, "runs": results}))
     return 0

@@ -3,6 +3,10 @@
 import sys
 
 from app.cli import main
+from runtime import extra_buffers_probe
 
 if __name__ == "__main__":
+    # A frozen bundle has no `python -m`: the extra-buffers probe's child comes back in through here.
+    if sys.argv[1:2] == [extra_buffers_probe.FROZEN_FLAG]:
+        sys.exit(extra_buffers_probe.main(sys.argv[2:]))
     sys.exit(main())

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from runtime.agent_script import REPEAT_PENALTY, AgentConversation
 from runtime.clock import RealClock, VirtualClock
-from runtime.metrics import percentile
 from runtime.config import SchedulerConfig
 from runtime.engine import Engine
 from runtime.engine_loop import EngineLoop
-from runtime.request import Request, RequestOutput, SamplingParams
+from runtime.metrics import percentile
+from runtime.request import Request, RequestOutput, RequestStatus, SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
 from runtime.workload import SwarmWorkload, agent_name, prompt_text, system_text, tool_text
@@ -40,6 +41,14 @@ class RunResult:
     ttft_p95: float | None = None
     ttft_mean: float | None = None
     kv_cached_peak: int = 0
+    # Recurrent-state checkpoints a hybrid model's engine held (0 for attention models).
+    checkpoints_peak: int = 0
+    checkpoint_bytes_peak: int = 0
+    # Output lengths as the requests ended, and how many ended on the model's own stop.
+    length_min: int = 0
+    length_p50: float | None = None
+    length_max: int = 0
+    natural_stops: int = 0
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -90,6 +99,29 @@ class Conversations:
         self.history[agent] += output_token_ids + tool
 
 
+class ChatConversations:
+    """Real agents: chat messages rendered with the model's own template, replies as the model wrote them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.chats: dict[int, AgentConversation] = {}
+
+    def prompt(self, agent: int, turn: int) -> list[int]:
+        chat = self.chats.setdefault(agent, AgentConversation(agent))
+        # As the HTTP server renders a chat request, so in-process and HTTP runs compute the same prompts.
+        return self.engine.tokenize(self.engine.apply_chat_template(chat.messages), add_special=True,
+                                    parse_special=True)
+
+    def reply(self, agent: int, turn: int, output_token_ids: list[int]) -> None:
+        self.chats[agent].replied(self.engine.detokenize(output_token_ids))
+
+
+def _sampling(workload: SwarmWorkload, agent: int, turn: int) -> SamplingParams:
+    if workload.real_agents:
+        return SamplingParams(max_tokens=workload.reply_tokens, temperature=0.0, repeat_penalty=REPEAT_PENALTY)
+    return SamplingParams(max_tokens=workload.max_tokens(agent, turn), temperature=0.0, ignore_eos=True)
+
+
 def run_closed_loop(
     engine: Engine,
     config: SchedulerConfig,
@@ -98,7 +130,10 @@ def run_closed_loop(
     make_prompt: PromptMaker | None = None,
     on_stats: Callable[[StepStats], None] | None = None,
 ) -> RunResult:
-    conversations = Conversations(engine, workload) if workload.conversation else None
+    if workload.real_agents:
+        conversations = ChatConversations(engine)
+    else:
+        conversations = Conversations(engine, workload) if workload.conversation else None
     if conversations is not None:
         make_prompt = conversations.prompt
     else:
@@ -116,22 +151,24 @@ def run_closed_loop(
             on_stats(stats)
 
     loop = EngineLoop(scheduler, engine, clock, on_stats=record)
-    outcome = {"requests": 0, "errors": 0, "prompt_tokens": 0}
+    # Where the shared system prompt ends: a hybrid model keeps its recurrent state there for every agent.
+    system_boundary = (workload.system_tokens,) if workload.system_tokens and not workload.real_agents else ()
+    outcome = {"requests": 0, "errors": 0, "prompt_tokens": 0, "stops": 0}
+    lengths: list[int] = []
 
     def submit(agent: int, turn: int) -> None:
         prompt = make_prompt(agent, turn)
         outcome["prompt_tokens"] += len(prompt)
-        request = Request(
-            prompt,
-            SamplingParams(max_tokens=workload.max_tokens(agent, turn), temperature=0.0, ignore_eos=True),
-            agent=agent_name(agent),
-        )
+        request = Request(prompt, _sampling(workload, agent, turn), agent=agent_name(agent),
+                          checkpoint_positions=system_boundary)
 
         def on_output(output: RequestOutput) -> None:
             if not output.finished:
                 return
             outcome["requests"] += 1
             outcome["errors"] += output.error is not None
+            outcome["stops"] += request.status is RequestStatus.FINISHED_STOPPED
+            lengths.append(request.num_output_tokens)
             if conversations is not None:
                 conversations.reply(agent, turn, request.output_token_ids)
             if turn + 1 < workload.requests_per_agent:
@@ -177,4 +214,10 @@ def run_closed_loop(
         ttft_p95=percentile(ttft, 95),
         ttft_mean=sum(ttft) / len(ttft) if ttft else None,
         kv_cached_peak=max((s.kv_cached for s in steps), default=0),
+        checkpoints_peak=max((s.checkpoints for s in steps), default=0),
+        checkpoint_bytes_peak=max((s.checkpoint_bytes for s in steps), default=0),
+        length_min=min(lengths, default=0),
+        length_p50=percentile(lengths, 50),
+        length_max=max(lengths, default=0),
+        natural_stops=outcome["stops"],
     )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
-POLICY_NAMES = ("naive", "shrinking", "continuous")
+from runtime.policy_registry import POLICY_NAMES
+
+MAX_PRIORITY = 1 << 20
 MAX_LANES = 256  # llama.cpp's llama_max_parallel_sequences()
 
 
@@ -21,8 +25,22 @@ class SchedulerConfig:
     # Finished sequences' KV stays resident and new prompts reuse their longest cached prefix;
     # turning it off drops the cache at the next step boundary.
     prefix_cache: bool = True
+    # Per agent: fair share's weights (weight 2 is owed twice the service; unnamed agents 1) and the
+    # priority policy's priorities (lower first, as vLLM's `priority`; unnamed agents 0).
+    agent_weights: Mapping[str, float] = field(default_factory=dict)
+    agent_priorities: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Read-only copies: a config is shared between threads and compared to detect changes.
+        object.__setattr__(self, "agent_weights", MappingProxyType(dict(self.agent_weights)))
+        object.__setattr__(self, "agent_priorities", MappingProxyType(dict(self.agent_priorities)))
+        for agent, weight in self.agent_weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+                raise ValueError(f"the weight of agent {agent!r} must be a positive number, got {weight!r}")
+        for agent, priority in self.agent_priorities.items():
+            if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
+                raise ValueError(f"the priority of agent {agent!r} must be an integer within +-{MAX_PRIORITY}, "
+                                 f"got {priority!r}")
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICY_NAMES)}")
         if not 1 <= self.max_batch <= MAX_LANES:

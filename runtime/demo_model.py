@@ -1,4 +1,8 @@
-"""Random-weight llama GGUF files for tests and demos: the whole pipeline runs without a download."""
+"""Random-weight GGUF files for tests and demos: the whole pipeline runs without a download.
+
+Two architectures: `llama` (plain attention, the batching demo) and `qwen35` (the hybrid of Gated
+DeltaNet and attention layers that Qwen3.5 is, see runtime.demo_hybrid).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,11 @@ import gguf
 import numpy as np
 import platformdirs
 
+from runtime.demo_hybrid import HYBRID_SHAPES, add_hybrid_hparams, add_hybrid_tensors
+
 DemoSize = Literal["tiny", "demo"]
+DemoArch = Literal["llama", "qwen35"]
+ARCHS = ("llama", "qwen35")
 
 MODEL_NAME = "swarm-panel demo (random weights)"
 
@@ -102,27 +110,23 @@ def build_vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0) -> Path:
+def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0,
+                     arch: DemoArch = "llama") -> Path:
     if size not in SHAPES:
         raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}")
-    shape = SHAPES[size]
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {list(ARCHS)}, got {arch!r}")
     path = Path(path)
     tokens, scores, types = build_vocab()
     n_vocab = len(tokens)
-    head_dim = shape.dim // shape.n_head
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(MODEL_NAME)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(MODEL_NAME if arch == "llama" else f"{MODEL_NAME}, {arch}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_context_length(shape.n_ctx_train)
-    writer.add_embedding_length(shape.dim)
-    writer.add_block_count(shape.n_layer)
-    writer.add_feed_forward_length(shape.n_ff)
-    writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+    if arch == "llama":
+        _add_llama_hparams(writer, SHAPES[size])
+    else:
+        add_hybrid_hparams(writer, HYBRID_SHAPES[size])
     writer.add_vocab_size(n_vocab)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
@@ -138,7 +142,39 @@ def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed
     writer.add_chat_template(CHAT_TEMPLATE)
 
     rng = np.random.default_rng(seed)
+    if arch == "llama":
+        dim = _add_llama_tensors(writer, SHAPES[size], n_vocab, rng)
+    else:
+        dim = add_hybrid_tensors(writer, HYBRID_SHAPES[size], n_vocab, rng)
+    writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
+    # Logits with a spread of a few units: greedy picks are clear, sampling is not degenerate.
+    # Byte and control tokens get smaller logits, so output reads as (random) words and rarely ends early.
+    output = (rng.standard_normal((n_vocab, dim), dtype=np.float32) * (3.0 / np.sqrt(dim))).astype(np.float16)
+    word_pieces = np.array([t == gguf.TokenType.NORMAL for t in types])
+    output[~word_pieces] *= 0.25
+    writer.add_tensor("output.weight", output)
 
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_llama_hparams(writer: gguf.GGUFWriter, shape: DemoShape) -> None:
+    writer.add_context_length(shape.n_ctx_train)
+    writer.add_embedding_length(shape.dim)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head)
+    writer.add_rope_dimension_count(shape.dim // shape.n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+
+
+def _add_llama_tensors(writer: gguf.GGUFWriter, shape: DemoShape, n_vocab: int, rng: np.random.Generator) -> int:
+    """The embedding and every layer; returns the width the output head reads."""
     def weight(rows: int, cols: int, scale: float = 0.02) -> np.ndarray:
         return (rng.standard_normal((rows, cols), dtype=np.float32) * scale).astype(np.float16)
 
@@ -155,19 +191,7 @@ def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ff, dim))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(ff, dim))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(dim, ff))
-    writer.add_tensor("output_norm.weight", norm())
-    # Logits with a spread of a few units: greedy picks are clear, sampling is not degenerate.
-    # Byte and control tokens get smaller logits, so output reads as (random) words and rarely ends early.
-    output = weight(n_vocab, dim, 3.0 / np.sqrt(dim))
-    word_pieces = np.array([t == gguf.TokenType.NORMAL for t in types])
-    output[~word_pieces] *= 0.25
-    writer.add_tensor("output.weight", output)
-
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return dim
 
 
 def default_demo_model_path(size: DemoSize = "demo") -> Path:

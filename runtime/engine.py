@@ -27,6 +27,8 @@ class Row:
     tokens: list[int]
     # Sample a token from the last position (decode rows and the chunk that ends a prompt).
     sample: bool
+    # Keep a checkpoint of the sequence's recurrent state after this row (engines with `checkpoints`).
+    checkpoint: bool = False
 
 
 class PrefixOpKind(enum.IntEnum):
@@ -80,6 +82,9 @@ class StepResult:
     duration_s: float
     # request_id -> message, for rows the engine could not compute; those requests fail.
     errors: dict[int, str] = field(default_factory=dict)
+    # request_id -> why, for prefix ops the memory could not do. A destination starts over from
+    # position 0 (its row this step was not computed); a cached source holds nothing any more.
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 class EngineLoadError(RuntimeError):
@@ -107,6 +112,9 @@ class Engine(Protocol):
     # Most finished sequences the engine keeps resident beside the live ones for prefix reuse
     # (0: the engine takes no prefix_ops; read with getattr, default 0, for older engines).
     max_cached_sequences: int
+    # Optional, read with getattr (default None): `checkpoints`, the runtime.checkpoints.CheckpointStore
+    # of a hybrid or recurrent model. Where present, a sequence resumes only at its own end or at a
+    # checkpoint the store holds, and the engine keeps one after every row marked `checkpoint`.
 
     def step(self, plan: StepPlan) -> StepResult: ...
 

@@ -39,8 +39,11 @@ class EngineLoop:
             return None
         self.clock.advance(result.duration_s)
         result.duration_s = self.clock.now() - start
-        # A plan without rows only releases or caches sequences: nothing to fold back or plot.
+        # A plan without rows only releases or caches sequences: nothing to fold back or plot but
+        # a sequence the engine could not keep.
         stats = self.scheduler.update(plan, result, self.clock.now()) if plan.rows else None
+        if not plan.rows:
+            self.scheduler.apply_refusals(result)
         self.deliver()
         if stats is not None and self.on_stats is not None:
             self.on_stats(stats)

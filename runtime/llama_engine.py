@@ -10,11 +10,17 @@ finished sequence stays cached in its own stream, and a request that adopts it t
 stream (trimmed to the shared prefix), as llama-server's slots keep their last prompt. Live and
 cached sequences share the max_lanes ids, so the scheduler evicts a cached one before a new lane
 needs its id (`max_sequences`), and never asks for a copy (`copies_prefixes`).
+
+Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence beside the KV, which
+cannot be cut back or copied in part: runtime.llama_memory does every memory operation by model
+kind, and the engine keeps recurrent-state checkpoints (`checkpoints`) after rows marked for one,
+so a prefix shorter than its sequence is reused only where a checkpoint restores the state exactly.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -39,11 +45,19 @@ from runtime.engine import (
     StepPlan,
     StepResult,
 )
+from runtime.checkpoints import CheckpointStore
 from runtime.llama_log import ensure_backend, take_recent_problems
+from runtime.llama_memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from runtime.llama_model_info import chat_template, model_facts
-from runtime.llama_sampling import build_sampler_chain, free_sampler_chain
+from runtime.llama_sampling import build_sampler_chain, free_sampler_chain, token_logprob
 from runtime.llama_vocab import LlamaVocab
 from runtime.request import Request
+
+log = logging.getLogger(__name__)
+
+# Host memory for recurrent-state checkpoints: about 20 of Qwen3.5-9B's ~50 MB states, thousands of a
+# tiny model's. Outside the KV, which llama.cpp sizes from n_ctx alone.
+DEFAULT_CHECKPOINT_BUDGET = 1 << 30
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
@@ -62,14 +76,22 @@ class _Lane:
     text: StopStringDetokenizer | None = None
 
 
-def _default_threads() -> int:
+def default_threads(n_gpu_layers: int) -> int:
+    """On the CPU, every core but one: llama.cpp's thread barriers stall whenever another thread (the
+    panel, the HTTP loop) takes one of its cores. With GPU offload, llama.cpp's own default."""
+    if n_gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload():
+        return llama_cpp.llama_context_default_params().n_threads
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 class LlamaEngine:
+    # Honours SamplingParams.grammar and .logprobs (the app refuses both on engines without this).
+    samples_logits = True
+
     def __init__(
         self,
         model_path: str | os.PathLike[str],
@@ -83,6 +105,10 @@ class LlamaEngine:
         n_threads: int | None = None,
         cache_slots: int | None = None,
         kv_unified: bool = True,
+        extra_buffers: bool = False,
+        extra_buffers_reason: str = "off unless asked for",
+        note: str | None = None,
+        checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -113,8 +139,13 @@ class LlamaEngine:
             raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {flash_attn!r}")
         if n_batch < 1 or n_ctx < 1:
             raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
-        self.n_threads = n_threads or _default_threads()
+        self.n_threads = n_threads or default_threads(n_gpu_layers)
         self.kv_type, self.flash_attn, self.n_gpu_layers = kv_type, flash_attn, n_gpu_layers
+        # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
+        # logits on some CPUs; off unless the caller has probed this machine (runtime.extra_buffers_probe).
+        self.extra_buffers = extra_buffers
+        self.extra_buffers_reason = extra_buffers_reason
+        self.note = note
         self.max_lanes = max_lanes
         self.max_cached_sequences = cache_slots
         self.kv_unified = kv_unified
@@ -125,7 +156,15 @@ class LlamaEngine:
         try:
             self._ctx = self._new_context(n_seq_max, n_ctx, n_batch)
             self._mem = llama_cpp.llama_get_memory(self._ctx)
+            self.memory_kind = memory_kind(self._model)
+            self.checkpoints = None if self.memory_kind == ATTENTION else CheckpointStore(checkpoint_budget_bytes)
+            self._memory = SequenceMemory(self._ctx, self.memory_kind, self.checkpoints)
+            # llama.cpp allocates a recurrent state per sequence id up front, outside n_ctx's KV cells:
+            # it takes nothing from the KV budget.
+            self.sequence_state_tokens = 0
             self.vocab = LlamaVocab(self._model)
+            # Where a chat message ends (`<|im_end|>`): the first one closes the shared system prompt.
+            self.turn_end_tokens = self.vocab.eog_tokens
             # Unified KV: every sequence may use the whole context, and all of them share it. Split KV:
             # each sequence has its own share, and attends over only its own cells.
             self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
@@ -153,6 +192,7 @@ class LlamaEngine:
         take_recent_problems()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.use_extra_bufts = self.extra_buffers
         model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not model:
             reason = "; ".join(take_recent_problems()) or "llama.cpp rejected the file"
@@ -196,6 +236,9 @@ class LlamaEngine:
             flash_attn=self.flash_attn,
             n_gpu_layers=self.n_gpu_layers,
             n_threads=self.n_threads,
+            extra_buffers=self.extra_buffers,
+            extra_buffers_reason=self.extra_buffers_reason,
+            note=self.note,
             device="GPU" if facts["gpu_offload_supported"] and self.n_gpu_layers != 0 else "CPU",
         )
         return facts
@@ -203,7 +246,12 @@ class LlamaEngine:
     # ----- Engine protocol -----
 
     def describe(self) -> dict[str, Any]:
-        return dict(self._facts)
+        memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
+                  "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes}
+        if self.checkpoints is not None:
+            memory.update(checkpoints=len(self.checkpoints), checkpoint_bytes=self.checkpoints.num_bytes,
+                          checkpoint_budget_bytes=self.checkpoints.budget_bytes)
+        return dict(self._facts, **memory)
 
     def step(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()
@@ -211,18 +259,20 @@ class LlamaEngine:
         for request in plan.release:
             self._release(request)
         errors: dict[int, str] = {}
+        refused: dict[int, str] = {}
         for op in plan.prefix_ops:
-            self._apply_prefix_op(op, errors)
+            self._apply_prefix_op(op, errors, refused)
         if plan.num_tokens > self.max_step_tokens:
             raise EngineError(f"step carries {plan.num_tokens} tokens, more than n_batch={self.max_step_tokens}")
-        rows = self._admit([row for row in plan.rows if row.request.request_id not in errors], errors)
+        rows = self._admit([row for row in plan.rows
+                            if row.request.request_id not in errors and row.request.request_id not in refused], errors)
         to_sample = self._fill_batch(rows)
         samples: dict[int, Sample] = {}
         if self._batch.n_tokens:
             self._decode(rows)
             for index, row in to_sample:
                 samples[row.request.request_id] = self._sample(row.request, index)
-        return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors)
+        return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors, refused=refused)
 
     def close(self) -> None:
         for lane in self._lanes.values():
@@ -308,35 +358,21 @@ class LlamaEngine:
         lane = self._lanes.pop(request.request_id, None)
         if lane is None:
             return
-        llama_cpp.llama_memory_seq_rm(self._mem, lane.seq_id, -1, -1)
+        self._memory.drop(lane.seq_id)
         free_sampler_chain(lane.sampler)
         heapq.heappush(self._free_seq_ids, lane.seq_id)
 
     def _free_cached_id(self, seq_id: int) -> None:
-        llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
+        self._memory.drop(seq_id)
         heapq.heappush(self._free_cache_ids if self.kv_unified else self._free_seq_ids, seq_id)
 
-    def _apply_prefix_op(self, op: PrefixOp, errors: dict[int, str]) -> None:
-        """Moves KV between sequences; a failure fails the destination request, never the step."""
-        mem, n = self._mem, op.num_tokens
+    def _apply_prefix_op(self, op: PrefixOp, errors: dict[int, str], refused: dict[int, str]) -> None:
+        """Moves KV between sequences. A malformed op fails its destination; one the memory cannot do
+        is refused (the destination recomputes), never applied halfway; neither fails the step."""
         if op.kind is PrefixOpKind.CACHE:
-            lane = self._lanes.pop(op.source.request_id, None)
-            if lane is None:
-                return
-            free_sampler_chain(lane.sampler)
-            if not self.kv_unified and n > 0:
-                # The lane's own stream becomes the cached sequence: nothing moves.
-                llama_cpp.llama_memory_seq_rm(mem, lane.seq_id, n, -1)
-                self._cached[op.source.request_id] = lane.seq_id
-                return
-            if self._free_cache_ids and n > 0:
-                cache_id = heapq.heappop(self._free_cache_ids)
-                llama_cpp.llama_memory_seq_cp(mem, lane.seq_id, cache_id, 0, n)
-                self._cached[op.source.request_id] = cache_id
-            llama_cpp.llama_memory_seq_rm(mem, lane.seq_id, -1, -1)
-            heapq.heappush(self._free_seq_ids, lane.seq_id)
+            self._cache_sequence(op, refused)
             return
-        dest, source_id = op.dest, None
+        dest, n, source_id = op.dest, op.num_tokens, None
         try:
             if dest.request_id in self._lanes:
                 raise ValueError("the destination of a prefix op already has a sequence")
@@ -347,26 +383,60 @@ class LlamaEngine:
                 source_id = source_lane.seq_id if source_lane else self._cached.get(op.source.request_id)
             if source_id is None:
                 raise ValueError(f"the prefix source (request {op.source.request_id}) holds no KV here")
-            held = llama_cpp.llama_memory_seq_pos_max(mem, source_id) + 1
+            held = self._memory.held(source_id)
             if not 0 < n <= held:
                 raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {held}")
             if not self.kv_unified:
                 if op.kind is not PrefixOpKind.ADOPT:
                     raise ValueError("split KV cannot copy a prefix between sequences, only adopt a cached one")
                 # dest takes over the cached stream, cut back to the shared prefix.
-                llama_cpp.llama_memory_seq_rm(mem, source_id, n, -1)
+                self._memory.trim(source_id, n, dest.token_ids)
                 self._lanes[dest.request_id] = _Lane(source_id)
                 source_id = None
                 return
             lane = self._lane_for(dest)
-            llama_cpp.llama_memory_seq_cp(mem, source_id, lane.seq_id, 0, n)
+            try:
+                self._memory.copy(source_id, lane.seq_id, n, dest.token_ids)
+            except MemoryRefused:
+                del self._lanes[dest.request_id]
+                heapq.heappush(self._free_seq_ids, lane.seq_id)
+                raise
         except ValueError as exc:
             errors[dest.request_id] = str(exc)
-            return
+        except MemoryRefused as exc:
+            refused[dest.request_id] = str(exc)
         finally:
             if op.kind is PrefixOpKind.ADOPT and source_id is not None:
                 # The cached sequence is consumed either way: its cells now belong to dest or nobody.
                 self._free_cached_id(source_id)
+
+    def _cache_sequence(self, op: PrefixOp, refused: dict[int, str]) -> None:
+        """A finished request's sequence stays resident, cut to op.num_tokens, or is freed if it cannot be."""
+        rid, n = op.source.request_id, op.num_tokens
+        lane = self._lanes.pop(rid, None)
+        if lane is None:
+            return
+        free_sampler_chain(lane.sampler)
+        try:
+            if not self.kv_unified and n > 0:
+                # The lane's own stream becomes the cached sequence: nothing moves.
+                self._memory.trim(lane.seq_id, n, op.source.token_ids)
+                self._cached[rid] = lane.seq_id
+                return
+            if self._free_cache_ids and n > 0:
+                cache_id = heapq.heappop(self._free_cache_ids)
+                try:
+                    self._memory.copy(lane.seq_id, cache_id, n, op.source.token_ids)
+                except MemoryRefused:
+                    heapq.heappush(self._free_cache_ids, cache_id)
+                    raise
+                self._cached[rid] = cache_id
+        except MemoryRefused as exc:
+            log.warning("request %d's sequence is not kept for reuse: %s", rid, exc)
+            refused[rid] = str(exc)
+        if self._cached.get(rid) != lane.seq_id:
+            self._memory.drop(lane.seq_id)
+            heapq.heappush(self._free_seq_ids, lane.seq_id)
 
     def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[Row]:
         """Rows that can run; a row that cannot gets an error for its request instead."""
@@ -407,14 +477,15 @@ class LlamaEngine:
         return lane
 
     def _check_position(self, row: Row, lane: _Lane) -> None:
-        held = llama_cpp.llama_memory_seq_pos_max(self._mem, lane.seq_id) + 1
-        if row.start != held:
-            raise ValueError(f"row starts at position {row.start} but the KV cache holds {held} tokens of it")
+        self._memory.check_row(lane.seq_id, row.start)
 
     def _prepare_sampling(self, request: Request, lane: _Lane) -> None:
         if lane.sampler is None:
-            eog = self.vocab.eog_tokens if request.sampling.ignore_eos else ()
-            lane.sampler = build_sampler_chain(request.sampling, self.vocab.n_tokens, eog, request.token_ids)
+            sampling = request.sampling
+            eog = self.vocab.eog_tokens if sampling.ignore_eos else ()
+            output = [t for t in request.output_token_ids if not self.vocab.is_eog(t)] if sampling.grammar else ()
+            lane.sampler = build_sampler_chain(sampling, self.vocab.n_tokens, eog, request.token_ids,
+                                               llama_cpp.llama_model_get_vocab(self._model), output)
         if lane.text is None:
             # A recomputed (preempted) request gets back the text it was holding.
             lane.text = StopStringDetokenizer(request.sampling.stop)
@@ -448,11 +519,16 @@ class LlamaEngine:
         take_recent_problems()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code == 0:
+            for row in rows:
+                seq_id, end = self._lanes[row.request.request_id].seq_id, row.start + len(row.tokens)
+                self._memory.advanced(seq_id, end)
+                if row.checkpoint:
+                    self._memory.snapshot(seq_id, row.request.token_ids[:end])
             return
         # llama.cpp restores the cache after code 1 and -1; after others, ubatches already
         # computed stay behind. Either way, nothing of this step may remain.
         for row in rows:
-            llama_cpp.llama_memory_seq_rm(self._mem, self._lanes[row.request.request_id].seq_id, row.start, -1)
+            self._memory.discard_from(self._lanes[row.request.request_id].seq_id, row.start)
         if code == 1:
             raise KVCacheFull(f"no KV cache room for a step of {self._batch.n_tokens} tokens "
                               f"(capacity {self.kv_capacity})")
@@ -462,10 +538,20 @@ class LlamaEngine:
     def _sample(self, request: Request, index: int) -> Sample:
         lane = self._lanes[request.request_id]
         token = llama_cpp.llama_sampler_sample(lane.sampler, self._ctx, index)
-        if self.vocab.is_eog(token):
+        end = self.vocab.is_eog(token)
+        if request.sampling.logprobs is not None:
+            # On the request, not the Sample: the scheduler forwards only token and text.
+            request.output_logprobs.append(token_logprob(self._ctx, index, self.vocab.n_tokens, token,
+                                                         request.sampling.logprobs, self.vocab.piece, end))
+        if end:
             return Sample(token=token, text=lane.text.flush(), stop=True)
-        text = lane.text.push(self.vocab.piece(token))
+        held = lane.text.held_text
+        piece = self.vocab.piece(token)
+        text = lane.text.push(piece)
         if lane.text.stopped:
+            window = held + piece.decode("utf-8", errors="ignore")
+            found = [(window.find(s), s) for s in request.sampling.stop if s in window]
+            request.stop_sequence = min(found)[1] if found else None
             return Sample(token=token, text=text, stop=True)
         if request.num_output_tokens + 1 >= request.sampling.max_tokens:
             text += lane.text.flush()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
+
+# A trailing quantization tag in a file name: ".Q4_1", "-Q4_K_M", "-IQ3_XS", "-f16", ".bf16".
+_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d[\w]*|[Ff]16|[Ff]32|[Bb][Ff]16)$")
+# A size label such as 135M, 9B, 7b, 1.5B, 8x7B: a file name that carries one names a model.
+_SIZE_LABEL = re.compile(r"(?:^|[.\-_])(?:\d+x)?\d+(?:\.\d+)?[MmBbKk](?:[.\-_]|$)")
 
 
 def meta_value(model: llama_cpp.llama_model_p, key: str) -> str | None:
@@ -25,19 +31,31 @@ def chat_template(model: llama_cpp.llama_model_p) -> str | None:
     return template.decode("utf-8") if template else None
 
 
+def display_name(general_name: str | None, path: Path) -> str:
+    """A name a user recognises. Converters often write general.name from a checkpoint folder
+    ("Smollm2 135M 8k Lc100K Mix1 Ep2"), while published file names are chosen to be read
+    ("SmolLM2-135M-Instruct.Q4_1.gguf"): the file's stem wins when it names a model size."""
+    stem = _QUANT_SUFFIX.sub("", path.stem)
+    if _SIZE_LABEL.search(stem) or not general_name:
+        return stem
+    return general_name
+
+
 def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
     desc = bytes(256)
     llama_cpp.llama_model_desc(model, desc, len(desc))
     file_type = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(model))
     vocab = llama_cpp.llama_model_get_vocab(model)
     return {
-        "name": meta_value(model, "general.name") or path.stem,
+        "name": display_name(meta_value(model, "general.name"), path),
+        "gguf_name": meta_value(model, "general.name"),
         "path": str(path),
         "architecture": meta_value(model, "general.architecture"),
         "description": desc.split(b"\0", 1)[0].decode("utf-8", errors="replace"),
         "n_params": llama_cpp.llama_model_n_params(model),
         "file_size_bytes": path.stat().st_size,
         "file_type": file_type.decode() if file_type else None,
+        "quantization": _quantization(file_type.decode() if file_type else None),
         "n_vocab": llama_cpp.llama_vocab_n_tokens(vocab),
         "n_embd": llama_cpp.llama_model_n_embd(model),
         "n_layer": llama_cpp.llama_model_n_layer(model),
@@ -46,3 +64,10 @@ def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
         "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
     }
+
+
+def _quantization(file_type: str | None) -> str | None:
+    """llama.cpp's ftype name without its "MOSTLY_" wording: "Q4_1", "Q4_K - Medium", "F16"."""
+    if not file_type:
+        return None
+    return file_type.replace("MOSTLY_", "").strip()

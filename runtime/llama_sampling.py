@@ -1,12 +1,18 @@
-"""One llama.cpp sampler chain per request, built from its SamplingParams."""
+"""One llama.cpp sampler chain per request, built from its SamplingParams; grammars and logprobs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import ctypes
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import llama_cpp
+import numpy as np
 
-from runtime.request import SamplingParams
+from runtime.llama_log import ensure_backend, take_recent_problems
+from runtime.request import SamplingParams, TokenLogprob
+
+GRAMMAR_ROOT = b"root"
 
 # llama.cpp's default window for repeat/frequency/presence penalties.
 PENALTY_LAST_N = 64
@@ -17,11 +23,15 @@ def build_sampler_chain(
     n_vocab: int,
     eog_tokens: Iterable[int],
     history: Sequence[int] = (),
+    vocab: llama_cpp.llama_vocab_p | None = None,
+    output: Sequence[int] = (),
 ) -> llama_cpp.llama_sampler_p:
-    """Return a new chain: logit bias, penalties, then greedy or top-k/top-p/min-p/temperature/dist.
+    """Return a new chain: logit bias, penalties, grammar, then greedy or top-k/top-p/min-p/temperature/dist.
 
-    `history` (the request's tokens so far) primes the penalties window. The caller frees the chain
-    with llama_sampler_free. Raises ValueError for a logit bias on a token outside the vocabulary.
+    `history` (the request's tokens so far) primes the penalties window, `output` (the tokens it has
+    already generated) the grammar. The caller frees the chain
+    with llama_sampler_free. Raises ValueError for a logit bias on a token outside the vocabulary, or
+    a grammar that does not parse; a grammar needs `vocab`.
     """
     bias = dict(sampling.logit_bias)
     for token in bias:
@@ -46,15 +56,24 @@ def build_sampler_chain(
         sampling.repeat_penalty != 1.0 or sampling.frequency_penalty != 0.0 or sampling.presence_penalty != 0.0
     )
     if penalised:
-        add(
-            llama_cpp.llama_sampler_init_penalties(
-                n_vocab,
-                PENALTY_LAST_N,
-                sampling.repeat_penalty,
-                sampling.frequency_penalty,
-                sampling.presence_penalty,
-            )
+        penalties = llama_cpp.llama_sampler_init_penalties(
+            n_vocab, PENALTY_LAST_N, sampling.repeat_penalty, sampling.frequency_penalty, sampling.presence_penalty
         )
+        # Primed on its own: a grammar in the same chain must not see the prompt.
+        for token in history[-PENALTY_LAST_N:]:
+            llama_cpp.llama_sampler_accept(penalties, token)
+        add(penalties)
+    if sampling.grammar is not None:
+        # Before the truncating samplers, so they choose among grammar-valid tokens only. The grammar
+        # mask walks the vocabulary each step: only this lane pays it.
+        grammar = llama_cpp.llama_sampler_init_grammar(vocab, sampling.grammar.encode(), GRAMMAR_ROOT)
+        if not grammar:
+            llama_cpp.llama_sampler_free(chain)
+            raise ValueError("the grammar does not parse")
+        # A recomputed (preempted) request resumes the grammar where its output left it.
+        for token in output:
+            llama_cpp.llama_sampler_accept(grammar, token)
+        add(grammar)
     if sampling.temperature == 0.0:
         add(llama_cpp.llama_sampler_init_greedy())
     else:
@@ -67,10 +86,45 @@ def build_sampler_chain(
         add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
         seed = llama_cpp.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
         add(llama_cpp.llama_sampler_init_dist(seed))
-    if penalised:
-        for token in history[-PENALTY_LAST_N:]:
-            llama_cpp.llama_sampler_accept(chain, token)
     return chain
+
+
+def schema_to_gbnf(schema: dict[str, Any], rule: str = "root") -> str:
+    """llama-cpp-python's JSON Schema -> GBNF conversion, the top rule named `rule`; raises on schemas it cannot express."""
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(schema, "request"), "" if rule == "root" else rule)
+    return converter.format_grammar()
+
+
+def grammar_problem(grammar: str) -> str | None:
+    """Why llama.cpp refuses this GBNF grammar, or None when it parses (checked without a model)."""
+    ensure_backend()
+    take_recent_problems()
+    # Parsing needs no vocabulary; only token references (<[id]>) would, and they are refused here.
+    sampler = llama_cpp.llama_sampler_init_grammar(None, grammar.encode(), GRAMMAR_ROOT)
+    if sampler:
+        llama_cpp.llama_sampler_free(sampler)
+        return None
+    return "; ".join(take_recent_problems()) or "the grammar does not parse"
+
+
+def token_logprob(
+    ctx: llama_cpp.llama_context_p, index: int, n_vocab: int, token: int, top_n: int,
+    piece: Callable[[int], bytes], end: bool,
+) -> TokenLogprob:
+    """The sampled token's log-softmax over the raw logits at batch row `index`, and its top_n rivals."""
+    logits = np.ctypeslib.as_array(ctypes.cast(llama_cpp.llama_get_logits_ith(ctx, index),
+                                               ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+    peak = float(logits.max())
+    log_norm = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+    top: tuple[tuple[int, bytes, float], ...] = ()
+    if top_n:
+        best = np.argpartition(logits, -top_n)[-top_n:]
+        best = best[np.argsort(-logits[best], kind="stable")]
+        top = tuple((int(t), piece(int(t)), float(logits[t]) - log_norm) for t in best)
+    return TokenLogprob(token, piece(token), float(logits[token]) - log_norm, top, end)
 
 
 def free_sampler_chain(chain: llama_cpp.llama_sampler_p | None) -> None:

@@ -8,12 +8,15 @@ Lookup is a vectorised scan: the new prompt is compared with every entry's token
 sequences' computed tokens, which the scheduler passes in) with one numpy comparison each. With at
 most a few hundred sequences of a few thousand tokens, that is a memcmp-speed pass of well under a
 millisecond, done once per admitted request, and needs no per-token node objects as a trie would.
+
+On a hybrid or recurrent model a sequence can resume only where its recurrent state is known (its
+own end, or a checkpoint): the scheduler passes `resume`, which cuts each match back to such a point.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,18 +96,25 @@ class PrefixCache:
         return evicted
 
     def longest_match(self, tokens: np.ndarray, limit: int,
-                      live: Iterable[tuple[Request, np.ndarray]] = ()) -> Match | None:
+                      live: Iterable[tuple[Request, np.ndarray]] = (),
+                      resume: Callable[[int, int], int] | None = None) -> Match | None:
         """The longest prefix of `tokens` (at most `limit`) held by a cached entry or a live sequence.
 
-        Ties go to a cached entry (it can be adopted in place), then to the most recently used one.
+        `resume(n, held)` cuts a match of n tokens against a sequence holding `held` back to where that
+        sequence can resume. Ties go to a cached entry (it can be adopted in place), then to the most
+        recently used one.
         """
+        def matched(held: np.ndarray) -> int:
+            n = min(common_prefix_len(tokens, held), limit)
+            return n if resume is None or n < MIN_MATCH_TOKENS else resume(n, len(held))
+
         best: Match | None = None
         for request, held in live:
-            n = min(common_prefix_len(tokens, held), limit)
+            n = matched(held)
             if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens):
                 best = Match(request, n)
         for entry in reversed(self._entries.values()):
-            n = min(common_prefix_len(tokens, entry.tokens), limit)
+            n = matched(entry.tokens)
             if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens or
                                           (n == best.num_tokens and not best.cached)):
                 best = Match(entry, n)
@@ -112,6 +122,13 @@ class PrefixCache:
 
     def touch(self, entry: CacheEntry) -> None:
         self._entries.move_to_end(entry.handle.request_id)
+
+    def discard(self, request_id: int) -> CacheEntry | None:
+        """Forgets the entry of this finished request, if any (its engine sequence is already gone)."""
+        entry = self._entries.get(request_id)
+        if entry is not None:
+            self.remove(entry)
+        return entry
 
     def remove(self, entry: CacheEntry) -> None:
         del self._entries[entry.handle.request_id]

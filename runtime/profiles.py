@@ -21,8 +21,10 @@ class CardProfile(BaseModel):
     prefill_ms_per_token: float = Field(ge=0, description="Cost of one prompt token carried in a step")
     vram_gib: float = Field(gt=0)
     weights_gib: float = Field(gt=0)
-    reserved_gib: float = Field(ge=0, description="Compute buffers, recurrent state and driver share")
+    reserved_gib: float = Field(ge=0, description="Compute buffers and the driver's share")
     kv_bytes_per_token: int = Field(gt=0, description="K and V bytes one context token holds, all layers")
+    recurrent_state_bytes: int = Field(ge=0, default=0, description="A hybrid model's fixed recurrent state per "
+                                       "sequence, whatever its length (0: attention only)")
     bandwidth_gbs: float = Field(gt=0, description="Memory bandwidth, for the per-token KV read")
     max_context: int = Field(gt=0, description="Context a single sequence may reach")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
@@ -31,6 +33,11 @@ class CardProfile(BaseModel):
     def kv_capacity_tokens(self) -> int:
         free = (self.vram_gib - self.weights_gib - self.reserved_gib) * GIB
         return max(int(free // self.kv_bytes_per_token), 0)
+
+    @property
+    def state_tokens_per_sequence(self) -> int:
+        """The recurrent state's memory in KV-token equivalents, charged once per sequence held."""
+        return -(-self.recurrent_state_bytes // self.kv_bytes_per_token)
 
     @property
     def kv_read_ms_per_token(self) -> float:
@@ -66,6 +73,7 @@ RX_9070_XT_QWEN35_9B = CardProfile(
     weights_gib=5.5,
     reserved_gib=1.0,
     kv_bytes_per_token=32768,
+    recurrent_state_bytes=24 * (32 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) * 4),
     bandwidth_gbs=640.0,
     max_context=32768,
     sources={
@@ -76,7 +84,10 @@ RX_9070_XT_QWEN35_9B = CardProfile(
         "4 KV heads assumed; K and V in f16: 2 x 8 x 4 x 256 x 2 bytes",
         "prefill_ms_per_token": "assumption: about 4,000 prompt tokens/s, typical of llama.cpp prompt "
         "processing for a 9B Q4 model on a card of this class; not measured by the article",
-        "reserved_gib": "assumption: compute buffers, linear-attention state and the driver's share",
+        "recurrent_state_bytes": "Qwen3.5-9B: 24 of 32 layers are Gated DeltaNet; assumed Qwen3-Next's shape per "
+        "layer (32 value heads, 16 key heads, head dim 128): a 128 x 128 f32 state per value head plus a "
+        "3-token conv state over 2 x 16 x 128 + 32 x 128 channels, about 50 MB per sequence",
+        "reserved_gib": "assumption: compute buffers and the driver's share",
         "max_context": "a practical n_ctx for a swarm; the model supports far more",
     },
 )

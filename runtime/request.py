@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 _ids = itertools.count(1)
 
+# OpenAI's limit on top_logprobs.
+MAX_TOP_LOGPROBS = 20
+
 
 class RequestStatus(enum.IntEnum):
     WAITING = 0
@@ -51,6 +54,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     # Benchmarks need exact output lengths from random-weight models.
     ignore_eos: bool = False
+    # A GBNF grammar (root rule "root") every sampled token must keep valid; None: unconstrained.
+    grammar: str | None = None
+    # Record each sampled token's log-probability and this many top alternatives; None: record nothing.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -63,6 +70,23 @@ class SamplingParams:
             raise ValueError(f"top_k must not be negative, got {self.top_k}")
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be within 0..1, got {self.min_p}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top logprobs must be within 0..{MAX_TOP_LOGPROBS}, got {self.logprobs}")
+        if self.grammar is not None and self.ignore_eos:
+            raise ValueError("ignore_eos cannot be combined with constrained output: a finished grammar allows only end-of-generation")
+
+
+@dataclass(slots=True, frozen=True)
+class TokenLogprob:
+    """One sampled token's log-probability under the model (before sampling filters) and its top rivals."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    # (token, piece, logprob), most likely first.
+    top: tuple[tuple[int, bytes, float], ...] = ()
+    # An end-of-generation token: it ends the output but adds no text.
+    end: bool = False
 
 
 @dataclass(slots=True)
@@ -97,8 +121,18 @@ class Request:
     last_token_time: float | None = None
     finished_time: float | None = None
     num_preemptions: int = 0
+    # Filled by the engine as it samples, one per output token, when sampling.logprobs is set.
+    output_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # The stop string that ended the output, if one did.
+    stop_sequence: str | None = None
     # Called on the engine thread after every step that gave this request something.
     listener: Callable[[RequestOutput], None] | None = None
+    # Prompt positions worth a recurrent-state checkpoint on hybrid models (the end of a shared system
+    # prompt), so other requests can resume there; the scheduler adds the end of the prompt itself.
+    checkpoint_positions: tuple[int, ...] = ()
+    # Overrides the agent's priority under the priority policy (lower is served first, as vLLM's
+    # `priority`); None: the agent's own, from the scheduler config.
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

@@ -14,6 +14,12 @@ length. The cache keeps at most one finished sequence per lane of width. An engi
 that starts evicts a cached sequence when the pool (within the width) is full. Cached KV is accounted
 separately (kv_cached) and always yields: entries are evicted, least recently used first, whenever
 live sequences need the room, before anything live is preempted.
+
+Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
+only where it stands, so a match is cut back to where its source can resume (runtime.resume), and
+prompt chunks end at checkpoint boundaries, where the engine keeps the state for later requests.
+A fixed recurrent state per sequence (`sequence_state_tokens`, in KV-token equivalents) is counted
+for every sequence held, live or cached, whatever its length.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from dataclasses import dataclass
 
 from runtime.config import SchedulerConfig
 from runtime.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan, StepResult
-from runtime.policies import Policy, make_policy
+from runtime.agent_service import AgentService
+from runtime.policies import Policy
+from runtime.policy_registry import make_policy
 from runtime.prefix_cache import MIN_MATCH_TOKENS, CacheEntry, PrefixCache, as_tokens, common_prefix_len
 from runtime.request import Request, RequestOutput, RequestStatus
+from runtime.resume import Resumption
 from runtime.stats import (
     LANE_DECODE,
     LANE_EMPTY,
@@ -78,6 +87,9 @@ class Scheduler:
         max_cached_sequences: int = 0,
         max_sequences: int | None = None,
         copies_prefixes: bool = True,
+        checkpoints=None,
+        sequence_state_tokens: int = 0,
+        turn_end_tokens: frozenset[int] = frozenset(),
     ) -> None:
         self.kv_capacity = kv_capacity
         self.max_context = max_context
@@ -85,6 +97,8 @@ class Scheduler:
         self.max_lanes = max_lanes
         self.config = self._checked(config)
         self.policy: Policy = make_policy(config.policy)
+        # Per-agent service, kept across policy switches: the agent-aware policies rank by it.
+        self.service = AgentService()
         self.waiting: deque[Request] = deque()
         self.lanes: list[Lane] = [Lane(i) for i in range(config.max_batch)]
         self.num_steps = 0
@@ -104,6 +118,9 @@ class Scheduler:
         self._prefix_agents: dict[str, list[int]] = {}
         # Cached sequences evicted (least recently used first) to make room for live ones.
         self.num_evictions = 0
+        # None for attention models: any prefix of a sequence can be reused.
+        self.resumption = Resumption(checkpoints, turn_end_tokens) if checkpoints is not None else None
+        self.sequence_state_tokens = sequence_state_tokens
 
     @classmethod
     def for_engine(cls, config: SchedulerConfig, engine) -> Scheduler:
@@ -117,6 +134,9 @@ class Scheduler:
             max_cached_sequences=getattr(engine, "max_cached_sequences", 0),
             max_sequences=getattr(engine, "max_sequences", None),
             copies_prefixes=getattr(engine, "copies_prefixes", True),
+            checkpoints=getattr(engine, "checkpoints", None),
+            sequence_state_tokens=getattr(engine, "sequence_state_tokens", 0),
+            turn_end_tokens=getattr(engine, "turn_end_tokens", frozenset()),
         )
 
     # -- public surface ------------------------------------------------------------------------
@@ -128,12 +148,12 @@ class Scheduler:
 
     @property
     def kv_used(self) -> int:
-        return sum(lane.kv_tokens for lane in self.lanes)
+        return sum(lane.kv_tokens + self.sequence_state_tokens for lane in self.lanes if lane.request is not None)
 
     @property
     def kv_cached(self) -> int:
         """KV tokens held by finished sequences kept for prefix reuse (not part of kv_used)."""
-        return self.prefix_cache.num_tokens
+        return self.prefix_cache.num_tokens + self.sequence_state_tokens * len(self.prefix_cache)
 
     @property
     def reuse_enabled(self) -> bool:
@@ -158,9 +178,10 @@ class Scheduler:
                 f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) is {total} tokens, "
                 f"more than the context of {self.max_context}"
             )
-        if total > self.kv_budget:
+        if total + self.sequence_state_tokens > self.kv_budget:
+            state = f" and a recurrent state worth {self.sequence_state_tokens}" if self.sequence_state_tokens else ""
             raise RequestRejected(
-                f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) needs {total} KV tokens, "
+                f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) needs {total} KV tokens{state}, "
                 f"more than the KV budget of {self.kv_budget}"
             )
 
@@ -168,6 +189,7 @@ class Scheduler:
         self.check_fits(request.num_prompt_tokens, request.sampling.max_tokens)
         request.arrival_time = now
         request.status = RequestStatus.WAITING
+        self.service.arrived(request)
         self.waiting.append(request)
 
     def abort(self, request_id: int, now: float, error: str | None = None) -> Request | None:
@@ -274,15 +296,15 @@ class Scheduler:
             if lane.request is not None:
                 continue
             request = self.waiting[0]
-            need = request.num_tokens + 1
+            need = request.num_tokens + 1 + self.sequence_state_tokens
             # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed.
             adopt = self._adoptable(request)
             if adopt is not None:
-                need -= adopt.num_tokens
+                need -= adopt.num_tokens + self.sequence_state_tokens
             while need > free and (entry := self.prefix_cache.pop_lru(keep=adopt)) is not None:
                 self.num_evictions += 1
                 self._drop_entry(entry)
-                free += entry.num_tokens
+                free += entry.num_tokens + self.sequence_state_tokens
             if need > free:
                 break
             self.waiting.popleft()
@@ -302,10 +324,10 @@ class Scheduler:
             free = self._kv_free()
             if len(one_token_lanes) <= free:
                 break
-            if not self._evict_one() and not self._preempt_one():
+            if not self._evict_one() and (self.policy.pauses_lanes or not self._preempt_one()):
                 break
         rows: list[Row] = []
-        for lane in one_token_lanes[: max(free, 0)]:
+        for lane in self.policy.lanes_to_run(self, one_token_lanes, max(free, 0)):
             request = lane.request
             if lane.padding:
                 position = request.num_computed_tokens + lane.padding_tokens
@@ -315,10 +337,10 @@ class Scheduler:
                 rows.append(Row(request, RowKind.DECODE, start, request.token_ids[start:], sample=True))
         budget = min(self.config.prefill_chunk, self.max_step_tokens - len(rows))
         planned = len(rows)
-        prefilling = sorted(
+        prefilling = self.policy.prefill_order(self, sorted(
             (lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
             key=lambda lane: lane.admitted_seq,
-        )
+        ))
         computing: list[Request] = []
         for lane in prefilling:
             if budget <= 0 or not self._make_room(planned + 1):
@@ -335,8 +357,12 @@ class Scheduler:
             want = min(request.num_tokens - start, budget)
             self._make_room(planned + want)
             n = min(want, self._kv_free() - planned)
-            end = start + n
-            rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens))
+            end, checkpoint = start + n, False
+            if self.resumption is not None and self.reuse_enabled:
+                end, checkpoint = self.resumption.chunk_end(request, start, end)
+                n = end - start
+            rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
+                            checkpoint=checkpoint))
             budget -= n
             planned += n
             computing.append(request)
@@ -390,8 +416,11 @@ class Scheduler:
         self._ops = [op for op in self._ops if not (op.kind is PrefixOpKind.CACHE and op.source is handle)]
         self._release.append(handle)
 
-    def _cache(self, request: Request) -> None:
+    def _cache(self, request: Request, padded: bool = False) -> None:
         n = request.num_computed_tokens
+        if padded and self.resumption is not None:
+            # Padding rows moved the recurrent state past n: keep the sequence only up to a checkpoint.
+            n = self.resumption.checkpoints.longest(as_tokens(request.token_ids), n)
         # At most one finished sequence per lane of width, as llama-server's slots each keep their last
         # prompt: llama.cpp attends over idle cells too (masked), so idle KV beyond that slows every step.
         for entry in self.prefix_cache.insert(request, n, limit=self.config.max_batch):
@@ -405,7 +434,8 @@ class Scheduler:
         """The cached entry this request would adopt in place, if any."""
         if not self.reuse_enabled or not self.prefix_cache:
             return None
-        match = self.prefix_cache.longest_match(as_tokens(request.token_ids), request.num_tokens - 1)
+        tokens = as_tokens(request.token_ids)
+        match = self.prefix_cache.longest_match(tokens, request.num_tokens - 1, resume=self._resume_fn(tokens))
         if match is None or not self._adopts(request, match.source, match.num_tokens):
             return None
         return match.source
@@ -422,15 +452,28 @@ class Scheduler:
         if not computing or not self.copies_prefixes:
             return False
         tokens = as_tokens(request.token_ids)
+        resume = self._resume_fn(tokens) or (lambda n, held: n)
         best_held = 0
         best_coming = 0
         for other in computing:
             shared = common_prefix_len(tokens, as_tokens(other.token_ids[: other.num_prompt_tokens]))
-            best_held = max(best_held, min(shared, other.num_computed_tokens))
-            best_coming = max(best_coming, shared)
+            computed = other.num_computed_tokens
+            best_held = max(best_held, resume(min(shared, computed), computed) if shared else 0)
+            if self.resumption is None:
+                best_coming = max(best_coming, shared)
+            else:
+                # A recurrent state can be handed on only where the other prompt leaves a checkpoint.
+                best_coming = max([best_coming, *(b for b in self.resumption.boundaries(other) if b <= shared)])
         for entry in self.prefix_cache:
-            best_held = max(best_held, common_prefix_len(tokens, entry.tokens))
+            shared = common_prefix_len(tokens, entry.tokens)
+            best_held = max(best_held, resume(shared, entry.num_tokens) if shared else 0)
         return best_coming >= MIN_MATCH_TOKENS and best_coming > best_held
+
+    def _resume_fn(self, tokens):
+        """resume(n, held) for PrefixCache.longest_match: None where any prefix can be reused."""
+        if self.resumption is None:
+            return None
+        return lambda n, held: self.resumption.point(tokens, n, held)
 
     def _reuse_prefix(self, lane: Lane, planned: int) -> None:
         """Starts the lane's request at its longest resident prefix, with the op that puts it there."""
@@ -443,8 +486,11 @@ class Scheduler:
             for other in self.lanes
             if self.copies_prefixes and other.request is not None and other is not lane
             and other.request.num_computed_tokens >= MIN_MATCH_TOKENS
+            # A padding lane's recurrent state is past its last real token.
+            and not (other.padding and self.resumption is not None)
         ]
-        match = self.prefix_cache.longest_match(as_tokens(request.token_ids), request.num_tokens - 1, live)
+        tokens = as_tokens(request.token_ids)
+        match = self.prefix_cache.longest_match(tokens, request.num_tokens - 1, live, resume=self._resume_fn(tokens))
         if match is None:
             return
         n = match.num_tokens
@@ -477,7 +523,7 @@ class Scheduler:
         live = [lane for lane in self.lanes if lane.is_live]
         if len(live) <= 1:
             return False
-        victim = max(live, key=lambda lane: lane.admitted_seq)
+        victim = self.policy.preemption_victim(self, live)
         request = victim.request
         log.info("preempting request %d (KV budget %d spent)", request.request_id, self.kv_budget)
         self._release_lane(victim)
@@ -495,6 +541,8 @@ class Scheduler:
         ttft: list[tuple[str, float]] = []
         itl: list[tuple[str, float]] = []
         lane_states = [LANE_EMPTY if lane.request is None else LANE_STALLED for lane in self.lanes]
+        self.apply_refusals(result)
+        self.service.record_step(plan.rows, result, self.config.agent_weights)
         for request_id, error in result.errors.items():
             # A prefix op the engine could not apply fails its request even without a row.
             lane = self._lane_of.get(request_id)
@@ -502,6 +550,8 @@ class Scheduler:
                 self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
         for row in plan.rows:
             request = row.request
+            if request.request_id in result.refused:
+                continue
             lane = self._lane_of[request.request_id]
             if row.kind is RowKind.PADDING:
                 padding_rows += 1
@@ -548,6 +598,20 @@ class Scheduler:
         return self._stats(result.duration_s, now, useful, decode_rows, prefill_rows, prefill_tokens,
                            padding_rows, "".join(lane_states), ttft, itl)
 
+    def apply_refusals(self, result: StepResult) -> None:
+        """Prefix ops the engine's memory could not do: their destinations recompute from position 0,
+        and a finished sequence it could not keep leaves the cache."""
+        for request_id, why in result.refused.items():
+            lane = self._lane_of.get(request_id)
+            if lane is not None and lane.is_live:
+                request = lane.request
+                log.warning("request %d recomputes its prompt: %s", request_id, why)
+                self._prefix_hits -= request.num_cached_tokens
+                self._prefix_agents.get(request.agent, [0, 0])[1] -= request.num_cached_tokens
+                request.num_computed_tokens = request.num_cached_tokens = 0
+            else:
+                self.prefix_cache.discard(request_id)
+
     def _stats(self, duration, now, useful, decode_rows, prefill_rows, prefill_tokens, padding_rows,
                lanes, ttft, itl) -> StepStats:
         finished, self._finished_since_step = self._finished_since_step, 0
@@ -574,6 +638,9 @@ class Scheduler:
             kv_capacity=self.kv_budget,
             kv_cached=self.kv_cached,
             cached_sequences=len(self.prefix_cache),
+            checkpoints=len(self.resumption.checkpoints) if self.resumption else 0,
+            checkpoint_bytes=self.resumption.checkpoints.num_bytes if self.resumption else 0,
+            checkpoint_budget_bytes=self.resumption.checkpoints.budget_bytes if self.resumption else 0,
             prefix_queries=queries,
             prefix_hits=hits,
             prefix_agents=[(agent, q, h) for agent, (q, h) in agents.items()],
@@ -600,6 +667,7 @@ class Scheduler:
         request.status = status
         request.error = error
         request.finished_time = now
+        self.service.left(request)
         self._finished_since_step += 1
         if status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
             self._e2e.append((request.agent, now - request.arrival_time))
@@ -614,7 +682,7 @@ class Scheduler:
         if request is not None:
             self._lane_of.pop(request.request_id, None)
             if cache and self.reuse_enabled and request.status in _CACHEABLE:
-                self._cache(request)
+                self._cache(request, padded=lane.padding_tokens > 0)
             else:
                 self._release.append(request)
         lane.request, lane.padding, lane.padding_tokens = None, False, 0

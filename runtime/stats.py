@@ -43,6 +43,10 @@ class StepStats:
     prefix_hits: int = 0
     # (agent, queried, reused) for each agent looked up this step.
     prefix_agents: list[tuple[str, int, int]] = field(default_factory=list)
+    # Recurrent-state checkpoints a hybrid model's engine holds (a memory budget of their own, outside the KV).
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    checkpoint_budget_bytes: int = 0
 
     @property
     def useful_rows(self) -> int:

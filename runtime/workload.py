@@ -28,6 +28,10 @@ class SwarmWorkload:
     conversation: bool = False
     # Length of the tool result appended after each reply in a conversation.
     tool_tokens: int = 64
+    # Real agents (runtime.agent_script): chat conversations the model ends with its own stop token,
+    # capped at reply_tokens; lengths, spread, prompt, system and tool tokens are then unused.
+    real_agents: bool = False
+    reply_tokens: int = 256
 
     def __post_init__(self) -> None:
         if self.agents < 1:
@@ -42,6 +46,8 @@ class SwarmWorkload:
             raise ValueError("spread must not be negative")
         if self.system_tokens < 0 or self.tool_tokens < 0:
             raise ValueError("system_tokens and tool_tokens must not be negative")
+        if self.reply_tokens < 1:
+            raise ValueError("reply_tokens must be at least 1")
 
     @property
     def effective_lengths(self) -> list[int]:

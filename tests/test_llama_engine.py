@@ -30,12 +30,20 @@ def engine(tiny_model_path):
         yield eng
 
 
+@pytest.fixture(scope="module")
+def arch_engine(arch_model_path):
+    """The same engine on each architecture, for the tests about correct tokens and freed memory."""
+    with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=1024, n_batch=256) as eng:
+        yield eng
+
+
 @pytest.fixture(autouse=True)
 def _empty_kv(request):
     yield
-    if "engine" in request.fixturenames:
-        eng = request.getfixturevalue("engine")
-        assert eng.lane_kv_positions() == [-1] * eng.max_lanes, "a test left KV behind"
+    for name in ("engine", "arch_engine"):
+        if name in request.fixturenames:
+            eng = request.getfixturevalue(name)
+            assert eng.lane_kv_positions() == [-1] * eng.max_lanes, "a test left KV behind"
 
 
 def greedy(max_tokens: int, **kw) -> SamplingParams:
@@ -170,7 +178,8 @@ def test_chat_template_renders_messages_and_tools(engine):
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5])
-def test_chunked_prefill_matches_whole_prefill(engine, chunk):
+def test_chunked_prefill_matches_whole_prefill(arch_engine, chunk):
+    engine = arch_engine
     prompt = engine.tokenize("we will do it, hello world: what is the agent about?")
     whole = Request(prompt, greedy(16))
     chunked = Request(prompt, greedy(16))
@@ -185,7 +194,8 @@ def test_chunked_prefill_matches_whole_prefill(engine, chunk):
 # (chunked), so the tokens agree exactly. On the 142M demo model logits move by up to ~8e-3 and some
 # sequences flip at near-ties after a few dozen tokens (see the engine's report).
 @pytest.mark.parametrize("batch", [2, 8])
-def test_batched_greedy_matches_each_alone(engine, batch):
+def test_batched_greedy_matches_each_alone(arch_engine, batch):
+    engine = arch_engine
     alone = [Request(engine.tokenize(p), greedy(16)) for p in PROMPTS[:batch]]
     for r in alone:
         run(engine, [r])
@@ -194,7 +204,8 @@ def test_batched_greedy_matches_each_alone(engine, batch):
     assert [r.output_token_ids for r in together] == [r.output_token_ids for r in alone]
 
 
-def test_mixed_prefill_and_decode_in_one_step(engine):
+def test_mixed_prefill_and_decode_in_one_step(arch_engine):
+    engine = arch_engine
     first = Request(engine.tokenize(PROMPTS[0]), greedy(12))
     reference = Request(engine.tokenize(PROMPTS[0]), greedy(12))
     run(engine, [reference])
@@ -213,8 +224,8 @@ def test_mixed_prefill_and_decode_in_one_step(engine):
     assert first.output_token_ids == reference.output_token_ids
 
 
-def test_release_frees_kv_and_lane(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=256, n_batch=64) as eng:
+def test_release_frees_kv_and_lane(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=256, n_batch=64) as eng:
         a, b, c = (Request(eng.tokenize(p), greedy(4)) for p in PROMPTS[:3])
         eng.step(StepPlan(rows=[prefill_row(a), prefill_row(b)]))
         assert sorted(eng.lane_kv_positions()) == sorted([a.num_tokens - 1, b.num_tokens - 1])
@@ -270,8 +281,8 @@ def test_too_large_plan_raises_engine_error_and_engine_survives(engine):
     assert small.num_output_tokens == 2
 
 
-def test_full_kv_raises_kv_cache_full_and_leaves_nothing_behind(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=256, n_batch=256) as eng:
+def test_full_kv_raises_kv_cache_full_and_leaves_nothing_behind(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=256, n_batch=256) as eng:
         a = Request([1] + [300] * 199, greedy(2))
         b = Request([1] + [301] * 199, greedy(2))
         eng.step(StepPlan(rows=[prefill_row(a)]))
@@ -359,7 +370,8 @@ def test_held_text_is_flushed_on_the_last_token(engine):
 
 
 
-def test_preempted_request_gets_its_held_text_back(engine):
+def test_preempted_request_gets_its_held_text_back(arch_engine):
+    engine = arch_engine
     free = Request(engine.tokenize(PROMPTS[2]), greedy(10))
     full = run(engine, [free])[free.request_id]
     held_char = _pieces_text(engine, free.output_token_ids[:5])[-1]

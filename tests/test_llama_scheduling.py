@@ -18,8 +18,8 @@ PROMPTS = ["the agent can call a tool", "hello world", "what is this", "we will 
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256) as eng:
+def engine(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256) as eng:
         yield eng
 
 
@@ -138,8 +138,8 @@ def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
     assert all(p == -1 for p in engine.cached_kv_positions())
 
 
-def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(tiny_model_path, solo_outputs):
-    with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
+def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(arch_model_path, solo_outputs):
+    with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
         assert split.max_context == 2048 // 8 and split.kv_capacity == 2048
         assert split.max_cached_sequences == split.max_sequences == 8 and not split.copies_prefixes
         assert split.describe()["kv_unified"] is False

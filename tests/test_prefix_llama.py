@@ -17,10 +17,10 @@ SYSTEM_TOKENS = 60
 
 
 @pytest.fixture(scope="module", params=["unified", "split"])
-def shared_engine(tiny_model_path, request):
+def shared_engine(arch_model_path, request):
     # Split KV has one stream per id and no cross-stream copies: reuse there is adoption only.
     unified = request.param == "unified"
-    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=2048 if unified else 4096, n_batch=256,
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=2048 if unified else 4096, n_batch=256,
                      cache_slots=6 if unified else 4, kv_unified=unified) as eng:
         yield eng
 
@@ -90,7 +90,9 @@ def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, chec
     requests: list[Request] = []
 
     def submit(agent: int, turn: int) -> None:
-        request = Request(list(histories[agent]), greedy(max_tokens + agent), agent=f"agent-{agent}")
+        # The app marks where the shared system prompt ends, so a hybrid model checkpoints it for the others.
+        request = Request(list(histories[agent]), greedy(max_tokens + agent), agent=f"agent-{agent}",
+                          checkpoint_positions=(SYSTEM_TOKENS,))
         requests.append(request)
 
         def on_output(output) -> None:
@@ -147,8 +149,10 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
     steps: list = []
     loop = make_loop(engine, steps)
     system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-    first = Request(system + engine.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
-    other = Request(system + engine.tokenize("zeta", add_special=False), greedy(6), agent="b")
+    first = Request(system + engine.tokenize("alpha beta", add_special=False), greedy(6), agent="a",
+                    checkpoint_positions=(SYSTEM_TOKENS,))
+    other = Request(system + engine.tokenize("zeta", add_special=False), greedy(6), agent="b",
+                    checkpoint_positions=(SYSTEM_TOKENS,))
     assert first.token_ids[SYSTEM_TOKENS] != other.token_ids[SYSTEM_TOKENS]
     loop.scheduler.add(first, loop.clock.now())
     while loop.scheduler.has_work:
@@ -215,8 +219,8 @@ def test_a_prefix_op_with_a_missing_source_fails_only_its_destination(engine):
     engine.step(StepPlan(release=[victim, good]))
 
 
-def test_split_kv_next_turn_takes_over_its_own_stream(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+def test_split_kv_next_turn_takes_over_its_own_stream(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         loop = make_loop(split, max_batch=2)
         scheduler = loop.scheduler
         system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
@@ -242,8 +246,8 @@ def test_split_kv_next_turn_takes_over_its_own_stream(tiny_model_path):
         assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
 
 
-def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         loop = make_loop(split, max_batch=2)
         scheduler = loop.scheduler
         done = [Request(split.tokenize(f"agent {i} reads the failing test and the parser"), greedy(4), agent=f"a{i}")
@@ -267,8 +271,8 @@ def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(tiny_mod
         assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
 
 
-def test_split_kv_refuses_to_copy_a_prefix_between_streams(tiny_model_path):
-    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
+def test_split_kv_refuses_to_copy_a_prefix_between_streams(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         source = Request(split.tokenize("hello world, what is this about the model"), greedy(2))
         split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, source.token_ids, True)]))
         dest = Request(list(source.token_ids), greedy(2))
@@ -280,10 +284,10 @@ def test_split_kv_refuses_to_copy_a_prefix_between_streams(tiny_model_path):
         assert split.lane_kv_positions() == [-1, -1]
 
 
-def test_split_kv_keeps_the_ids_in_use_within_the_width(tiny_model_path):
+def test_split_kv_keeps_the_ids_in_use_within_the_width(arch_model_path):
     # More engine ids than lanes in use (as when the bench sweeps wider widths first): cached streams
     # must not push live lanes onto ids past a gap, which would cut every step into several ubatches.
-    with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
+    with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
         used: set[int] = set()
         fill = split._fill_batch
 

@@ -51,7 +51,7 @@ def test_malformed_json_is_a_400(server):
         ({"messages": OK_MESSAGES, "max_tokens": 0}, "max_tokens"),
         ({"messages": OK_MESSAGES, "max_tokens": "many"}, "max_tokens"),
         ({"messages": OK_MESSAGES, "max_completion_tokens": -3}, "max_completion_tokens"),
-        ({"messages": OK_MESSAGES, "n": 2}, "n"),
+        ({"messages": OK_MESSAGES, "n": 17}, "n"),
         ({"messages": OK_MESSAGES, "presence_penalty": 2.5}, "presence_penalty"),
         ({"messages": OK_MESSAGES, "frequency_penalty": -3}, "frequency_penalty"),
         ({"messages": OK_MESSAGES, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -136,7 +136,7 @@ def test_oversized_bodies_are_413_by_header_and_by_stream(server):
 def test_the_official_client_sees_the_errors(server):
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="m", messages=OK_MESSAGES, n=3)
+        client.chat.completions.create(model="m", messages=OK_MESSAGES, n=100)
     assert info.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="m", messages=[{"role": "narrator", "content": "hi"}])

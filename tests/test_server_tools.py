@@ -47,8 +47,9 @@ def test_format_follows_the_template():
     assert detect_format(CHAT_TEMPLATE) is H
     assert detect_format(LLAMA31_TEMPLATE) is L
     assert detect_format(MISTRAL_TEMPLATE) is M
-    assert detect_format(None) is H
-    assert detect_format("{{ messages }}") is H
+    # A template that renders no tools gets them taught in a system prompt, in Hermes tags.
+    assert detect_format(None) is ToolCallFormat.GENERIC
+    assert detect_format("{{ messages }}") is ToolCallFormat.GENERIC
 
 
 def test_qwen_hermes_two_calls_after_some_content():
@@ -108,7 +109,7 @@ def test_plain_text_and_broken_calls_stay_content(fmt):
 
 STREAM_CASES = [
     (H, 'Sure.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>\n'
-        '<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call>', "Sure.\n", ["read_file", "run_tests"]),
+        '<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call>', "Sure.", ["read_file", "run_tests"]),
     (L, '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}', "", ["read_file"]),
     (L, ' {"name": "read_file", "parameters": {"path": "a.py"}}', "", ["read_file"]),
     (M, '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]', "", ["read_file"]),

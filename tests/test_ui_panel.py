@@ -9,8 +9,6 @@ import httpx
 import numpy as np
 import pytest
 
-from PySide6 import QtWidgets
-
 from app.http_server import ThreadedHttpServer
 from ui.local_swarm import LocalSwarm
 from tests.test_ui_common import STEADY_CARD, SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
@@ -268,9 +266,7 @@ def test_the_engine_panel_loads_a_gguf_with_split_kv_and_shows_it(qtbot, no_user
             panel.load.click()
         assert blocker.args[0] is None
         assert service.engine.kv_unified is False and service.settings.kv_unified is False
-        shown = {panel.facts.itemAt(i, QtWidgets.QFormLayout.LabelRole).widget().text():
-                 panel.facts.itemAt(i, QtWidgets.QFormLayout.FieldRole).widget().text()
-                 for i in range(panel.facts.rowCount())}
+        shown = panel.shown_facts()
         assert shown.get("unified KV") == "no"
         win.save_settings()
         assert win.store is None or win.store.get("kv_unified") is False

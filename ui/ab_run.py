@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from runtime.config import POLICY_NAMES
+from runtime.policy_registry import BATCHING_POLICY_NAMES
 from ui import theme
 from ui.step_feed import StepFeed
 
@@ -31,8 +31,8 @@ class ABChart(pg.PlotWidget):
         self.addItem(self.placeholder)
         self.placeholder.setPos(0.5, 1)
         self.setXRange(0, 1, padding=0)
-        self.getAxis("left").setTicks([[(k, theme.POLICY_LABELS[p]) for k, p in enumerate(POLICY_NAMES)], []])
-        self.setYRange(-0.6, len(POLICY_NAMES) - 0.4, padding=0)
+        self.getAxis("left").setTicks([[(k, theme.POLICY_LABELS[p]) for k, p in enumerate(BATCHING_POLICY_NAMES)], []])
+        self.setYRange(-0.6, len(BATCHING_POLICY_NAMES) - 0.4, padding=0)
         self._items: list = []
         self.results: list[dict] = []
 
@@ -44,7 +44,7 @@ class ABChart(pg.PlotWidget):
         self.placeholder.setVisible(not results)
         top = max([r["tok_s"] for r in results] + [ceiling or 0.0, 1.0])
         for r in results:
-            k = POLICY_NAMES.index(r["policy"])
+            k = BATCHING_POLICY_NAMES.index(r["policy"])
             colour = theme.POLICY_COLOURS[r["policy"]]
             bar = pg.BarGraphItem(x0=[0], y=[k], width=[r["tok_s"]], height=0.6, brush=colour, pen=pg.mkPen(None))
             util = r.get("utilization", math.nan)
@@ -127,7 +127,7 @@ class ABRun(QtWidgets.QGroupBox):
                 self.status.setText("Could not start the swarm: see the launcher.")
                 return False
             self._started_load = True
-        self._phases = list(POLICY_NAMES)
+        self._phases = list(BATCHING_POLICY_NAMES)
         self._results = []
         self.chart.show_results([])
         self.button.setText("Stop A/B")
@@ -148,7 +148,7 @@ class ABRun(QtWidgets.QGroupBox):
             self.abort()
             return
         self._phase_start = time.monotonic()
-        self._report(f"{theme.POLICY_LABELS[policy]}: running ({len(self._results) + 1}/{len(POLICY_NAMES)})")
+        self._report(f"{theme.POLICY_LABELS[policy]}: running ({len(self._results) + 1}/{len(BATCHING_POLICY_NAMES)})")
 
     def _poll(self) -> None:
         elapsed = time.monotonic() - self._phase_start

@@ -13,7 +13,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENGINE = "modeled"  # first start: the article's card, which shows the story on any machine
+# First start: the bundled real model, so a connected agent gets real sentences on any machine; the
+# modeled card (the article's figures) is one click away in the engine box.
+DEFAULT_ENGINE = "llama"
+FIRST_LAUNCH_AGENTS = 8
 
 
 def asset(name: str) -> Path:
@@ -24,16 +27,19 @@ def asset(name: str) -> Path:
 
 def run_gui(engine: str | None = None, model: Path | str | None = None, port: int | None = None,
             swarm: int | None = None, screenshot: Path | str | None = None, quit_after: float | None = None,
-            policy: str | None = None, switch: str | None = None, settings_file: Path | str | None = None) -> int:
+            policy: str | None = None, switch: str | None = None, settings_file: Path | str | None = None,
+            backends: list | None = None) -> int:
     """Opens the window and runs until it closes; returns the exit status.
 
     switch: "POLICY@SECONDS" switches the policy that many seconds in (for scripted captures).
+    backends: BackendConfigs to open on, the endpoint serving through the gateway in front of them.
     """
     import qasync
     from PySide6 import QtWidgets
 
     from app.service import share_the_interpreter
     from ui import theme
+    from ui.gui_gc import collect_on_gui_thread
 
     share_the_interpreter()
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
@@ -57,15 +63,16 @@ def run_gui(engine: str | None = None, model: Path | str | None = None, port: in
     if firstiter is not None and finalizer is not None:
         sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
     try:
-        with loop:
+        with loop, collect_on_gui_thread():
             return loop.run_until_complete(_main(engine, model, port, swarm, screenshot, quit_after, policy, switch,
-                                                 settings_file))
+                                                 settings_file, backends))
     finally:
         sys.set_asyncgen_hooks(*hooks)
         asyncio.set_event_loop(None)
 
 
-def _settings(store, engine, model, port, policy):
+def _settings(store, engine, model, port, policy, backends=None):
+    from app.backends import parse_backend_lines
     from app.settings import Settings
 
     overrides: dict = {}
@@ -81,19 +88,37 @@ def _settings(store, engine, model, port, policy):
         overrides["model"] = Path(store.get("model_path"))
     if store.get("kv_unified") is not None:
         overrides["kv_unified"] = bool(store.get("kv_unified"))
+    if store.get("threads"):
+        overrides["threads"] = int(store.get("threads"))
+    if store.get("extra_buffers"):
+        overrides["extra_buffers"] = store.get("extra_buffers")
     if port is not None:
         overrides["port"] = port
     if policy is not None:
         overrides["policy"] = policy
+    if backends:
+        overrides["backends"] = backends
+    elif store.get("backends"):
+        try:
+            overrides["backends"] = parse_backend_lines("\n".join(store.get("backends")))
+        except (TypeError, ValueError) as exc:
+            log.warning("ignoring the remembered fleet: %s", exc)
     try:
         return Settings(**overrides)
     except ValueError as exc:  # a stale remembered value must not keep the panel from opening
         log.warning("ignoring remembered settings: %s", exc)
-        keep = {k: overrides[k] for k in ("engine", "model", "port", "policy") if k in overrides}
+        keep = {k: overrides[k] for k in ("engine", "model", "port", "policy", "backends") if k in overrides}
         return Settings(**keep)
 
 
-async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, settings_file) -> int:
+def _opens_on_fleet(store, settings, engine, model, backends) -> bool:
+    """On the fleet when asked with --backend, or when it was serving at the last close and no engine is asked."""
+    if backends:
+        return True
+    return engine is None and model is None and bool(store.get("fleet")) and bool(settings.backends)
+
+
+async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, settings_file, backends) -> int:
     from pydantic import SecretStr
 
     from app.http_server import HttpServer, PortInUse
@@ -103,7 +128,13 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
 
     loop = asyncio.get_running_loop()
     store = SettingsStore(settings_file)
-    settings = _settings(store, engine, model, port, policy)
+    settings = _settings(store, engine, model, port, policy, backends)
+    fleet = _opens_on_fleet(store, settings, engine, model, backends)
+    if swarm is None and store.get("engine") is None and not fleet:
+        # First launch: real agents start talking to the real model at once, so the plots, the lane
+        # timeline and the agent view show a live swarm before the user has touched anything. Never
+        # uninvited against someone's fleet.
+        swarm = FIRST_LAUNCH_AGENTS
     service = SwarmService(settings)
     window = MainWindow(service, store)
     if screenshot is not None:
@@ -113,7 +144,8 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     window.closed.connect(closed.set)
     loaded: asyncio.Future = loop.create_future()
     window.engine_loaded.connect(lambda error: loaded.done() or loaded.set_result(error))
-    window.start_engine()
+    if not fleet:
+        window.start_engine()
 
     def set_api_key(key: str) -> None:
         service.settings = service.settings.model_copy(update={"api_key": SecretStr(key) if key else None})
@@ -133,6 +165,9 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     except (OSError, ValueError) as exc:
         http = None
         window.set_endpoint(None, f"The endpoint is off: {exc}")
+    window.attach_endpoint(http)
+    if fleet:
+        window.load_fleet(settings.backends)
 
     if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_DFL):
         signal.signal(signal.SIGINT, lambda *_: window.close())
@@ -143,6 +178,7 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         if window.isVisible():
             window.close()  # an error on the way must not leave the engine running
         await window.launcher.stop_and_wait(timeout=0.5)
+        await window.fleet.close()
         if http is not None:
             await http.stop()
         await asyncio.get_running_loop().shutdown_asyncgens()  # qasync does not; asyncio.run would

@@ -1,4 +1,4 @@
-"""Scheduler controls: the three-way policy switch and the knobs; every change applies at the next step."""
+"""Scheduler controls: the policy switch (every registered policy) and the knobs; changes apply at the next step."""
 
 from __future__ import annotations
 
@@ -7,17 +7,14 @@ from collections.abc import Callable
 from PySide6 import QtCore, QtWidgets
 
 from runtime.config import MAX_LANES, POLICY_NAMES, SchedulerConfig
+from runtime.policy_registry import POLICIES
 from ui import theme
 
-POLICY_TIPS = {
-    "naive": "Static batch frozen at its width until the longest sequence ends: finished lanes ride along as padding.",
-    "shrinking": "Static batch that drops finished lanes but admits nobody until it is empty: a slow tail.",
-    "continuous": "Refills a freed lane from the queue on the next step; prompts enter in chunks.",
-}
+POLICY_TIPS = {name: policy.summary for name, policy in POLICIES.items()}
 
 
 class PolicySwitch(QtWidgets.QWidget):
-    """The three-way segmented switch: naive static | shrinking static | continuous."""
+    """The segmented switch: the seed's batching policies, then the agent-aware ones."""
 
     requested = QtCore.Signal(str)
 
@@ -35,7 +32,7 @@ class PolicySwitch(QtWidgets.QWidget):
             button.setProperty("policy", name)
             button.setCheckable(True)
             button.setToolTip(POLICY_TIPS[name])
-            button.setMinimumSize(170, 44)
+            button.setMinimumSize(130, 44)
             self.group.addButton(button)
             layout.addWidget(button)
             self.buttons[name] = button

@@ -72,13 +72,18 @@ def render(codes: np.ndarray, first_column: int, subrows: int = SUBROWS) -> np.n
 
 
 class LaneTimeline(QtWidgets.QWidget):
+    lane_clicked = QtCore.Signal(int)
+
     def __init__(self, parent: QtWidgets.QWidget | None = None, columns: int = 900) -> None:
         super().__init__(parent)
         self.columns = columns
         self.header = QtWidgets.QLabel()
         self.header.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        # A long header must not widen the window: it is cut, the plot below keeps its width.
+        self.header.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         legend = QtWidgets.QLabel(legend_html())
         legend.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        legend.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setMinimumHeight(160)
         self.plot = self.graphics.addPlot()
@@ -93,6 +98,8 @@ class LaneTimeline(QtWidgets.QWidget):
         self.plot.setMenuEnabled(False)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        self.graphics.setToolTip("click a lane to watch the agent in it")
+        self.plot.scene().sigMouseClicked.connect(self._clicked)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.header)
         top.addStretch(1)
@@ -105,6 +112,17 @@ class LaneTimeline(QtWidgets.QWidget):
         self._marker_lines: list[tuple[Marker, pg.InfiniteLine]] = []
         self.last_image: np.ndarray | None = None
         self.padding_share = 0.0
+
+    def lane_at(self, scene_pos: QtCore.QPointF) -> int | None:
+        if not self.plot.sceneBoundingRect().contains(scene_pos):
+            return None
+        lane = int(self.plot.vb.mapSceneToView(scene_pos).y())
+        return lane if 0 <= lane < max(self._lanes_shown, 1) else None
+
+    def _clicked(self, event) -> None:
+        lane = self.lane_at(event.scenePos())
+        if lane is not None:
+            self.lane_clicked.emit(lane)
 
     def refresh(self, feed: StepFeed, policy: str = "") -> None:
         ring = feed.lanes

@@ -8,19 +8,23 @@ import time
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.backends import format_backend
 from app.service import SwarmService
 from runtime.config import SchedulerConfig
 from runtime.fit import StepLine
 from ui import theme
 from ui.ab_run import ABRun
-from ui.agents_table import agent_rows
+from ui.agent_view import AgentView
+from ui.agents_table import agent_rows, with_priority
 from ui.cache_panel import CachePanel
 from ui.controls import SchedulerControls
 from ui.endpoint_panel import EndpointPanel
-from ui.engine_panel import EnginePanel, Loader
+from ui.engine_panel import EnginePanel, Loader, choice_for, writes_real_text
 from ui.export import export_figures, export_png
+from ui.fleet_mode import NOT_MEASURED_TIP, FleetMode, embedded_only
 from ui.lane_timeline import LaneTimeline
 from ui.plots import PlotsPanel
+from ui.service_plot import ServicePlot
 from ui.settings_store import SettingsStore
 from ui.status_bar import StatusBar
 from ui.step_feed import StepFeed
@@ -30,6 +34,8 @@ log = logging.getLogger(__name__)
 
 REFRESH_HZ = 15
 SLOW_EVERY = 6  # table, status bar and step-line fit: every sixth refresh (about 2.5 Hz)
+POLICY_CAPTION = "batching policy"
+KNOBS_IN_FLEET = "Off while the fleet serves: every backend runs its own scheduler with its own knobs."
 
 
 class KpiStrip(QtWidgets.QWidget):
@@ -55,8 +61,13 @@ class KpiStrip(QtWidgets.QWidget):
             self.labels[key] = value
 
     def update_from(self, feed: StepFeed) -> None:
+        self.show({key: feed.latest(key) for key in self.labels})
+
+    def show(self, values: dict[str, float], missing_tip: str = "") -> None:
+        """A key left out of `values` shows "–", with `missing_tip` saying why."""
         for key, label in self.labels.items():
-            value = feed.latest(key)
+            value = values.get(key, math.nan)
+            label.setToolTip("" if key in values else missing_tip)
             if math.isnan(value):
                 label.setText("–")
             elif key in ("utilization", "occupancy"):
@@ -77,28 +88,38 @@ class MainWindow(QtWidgets.QMainWindow):
         self.feed = StepFeed()
         self.url: str | None = None
         self._loading = False
+        self._fleet_shown = False
+        self._knobs_note = ""
         self._ticks = 0
         self.refresh_seconds: list[float] = []
 
         self.controls = SchedulerControls(self.apply_scheduler)
         self.kpis = KpiStrip()
         self.plots = PlotsPanel()
+        self.service_plot = ServicePlot()
         self.timeline = LaneTimeline()
         self.launcher = SwarmLauncher(lambda: self.service.engine_thread)
         self.ab = ABRun(self.feed, self.apply_scheduler, self.launcher, self._current_policy, self._ceiling)
         self.engine_panel = EnginePanel()
         self.cache_panel = CachePanel(self.apply_scheduler)
         self.endpoint = EndpointPanel()
+        self.agent_view = AgentView(service.activity)
         self.status = StatusBar()
         self.setStatusBar(self.status)
         self._build_layout()
         self._build_menu()
+        self.fleet = FleetMode(self.centre, lambda: self.service.settings)
 
         self.loader = Loader(self)
         self.loader.done.connect(self._load_done)
         self.engine_panel.load_requested.connect(self.load_engine)
         self.engine_panel.unload_requested.connect(self.unload_engine)
+        self.engine_panel.fleet_requested.connect(self.load_fleet)
         self.endpoint.api_key_changed.connect(self._api_key_changed)
+        self.endpoint.table.agent_clicked.connect(self.agent_view.show_agent)
+        self.endpoint.table.priority_set.connect(self.set_agent_priority)
+        self.launcher.round_done.connect(self.service_plot.show_round)
+        self.timeline.lane_clicked.connect(self.show_lane)
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(round(1000 / refresh_hz))
         self.timer.timeout.connect(self.refresh)
@@ -115,17 +136,30 @@ class MainWindow(QtWidgets.QMainWindow):
         left.addWidget(self.launcher)
         left.addWidget(self.ab, 1)
         right = QtWidgets.QVBoxLayout()
+        # The facts panels keep their natural height; the agents table and the agent view share the rest.
+        for panel in (self.engine_panel, self.cache_panel):
+            panel.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         right.addWidget(self.engine_panel)
         right.addWidget(self.cache_panel)
         right.addWidget(self.endpoint, 1)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.plots)
-        splitter.addWidget(self.timeline)
+        splitter.addWidget(self.service_plot)
+        # A lane clicked in the timeline opens its agent right beside it.
+        bottom = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        bottom.addWidget(self.timeline)
+        bottom.addWidget(self.agent_view)
+        bottom.setStretchFactor(0, 3)
+        bottom.setStretchFactor(1, 2)
+        splitter.addWidget(bottom)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
+        # Page 0: the embedded engine's plots; the fleet mode adds its plots as a page of their own.
+        self.centre = QtWidgets.QStackedWidget()
+        self.centre.addWidget(splitter)
         center = QtWidgets.QVBoxLayout()
         center.setContentsMargins(0, 0, 0, 0)
-        center.addWidget(splitter, 1)
+        center.addWidget(self.centre, 1)
         columns = QtWidgets.QHBoxLayout()
         for column, width in ((left, 330), (center, None), (right, 490)):
             holder = QtWidgets.QWidget()
@@ -134,11 +168,11 @@ class MainWindow(QtWidgets.QMainWindow):
                 holder.setFixedWidth(width)
             columns.addWidget(holder, 0 if width else 1)
         header = QtWidgets.QHBoxLayout()
-        caption = QtWidgets.QLabel("batching policy")
-        caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
+        self.policy_caption = QtWidgets.QLabel(POLICY_CAPTION)
+        self.policy_caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
         switch_box = QtWidgets.QVBoxLayout()
         switch_box.addWidget(self.controls.switch)
-        switch_box.addWidget(caption)
+        switch_box.addWidget(self.policy_caption)
         header.addLayout(switch_box)
         header.addSpacing(24)
         header.addWidget(self.kpis, 1)
@@ -167,6 +201,13 @@ class MainWindow(QtWidgets.QMainWindow):
             raise RuntimeError("no engine is loaded")
         return self.service.engine_thread.reconfigure(**changes)
 
+    def set_agent_priority(self, agent: str, priority: int) -> None:
+        try:
+            self.apply_scheduler(agent_priorities=with_priority(self.service.engine_thread.config.agent_priorities,
+                                                                agent, priority))
+        except (ValueError, RuntimeError) as exc:
+            self.statusBar().showMessage(f"priority not set: {exc}", 5000)
+
     def _current_policy(self) -> str:
         return self.service.engine_thread.config.policy if self.service.loaded else ""
 
@@ -194,7 +235,11 @@ class MainWindow(QtWidgets.QMainWindow):
         policy = thread.config.policy if thread is not None else ""
         self.plots.refresh(self.feed)
         self.timeline.refresh(self.feed, policy)
-        self.kpis.update_from(self.feed)
+        if self.fleet.active:
+            self.kpis.show(self.fleet.kpis(), NOT_MEASURED_TIP)
+        else:
+            self.kpis.update_from(self.feed)
+        self.agent_view.refresh()
         if self._ticks % SLOW_EVERY == 0:
             self._refresh_slow(thread)
         self._ticks += 1
@@ -203,6 +248,9 @@ class MainWindow(QtWidgets.QMainWindow):
             del self.refresh_seconds[:2048]
 
     def _refresh_slow(self, thread) -> None:
+        if self.fleet.active:
+            self._refresh_fleet_slow()
+            return
         snapshot = self.service.metrics.snapshot()
         line = snapshot.step_line
         profile = getattr(self.service.engine, "profile", None) if self.service.loaded else None
@@ -217,8 +265,31 @@ class MainWindow(QtWidgets.QMainWindow):
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()
         lane_states = {lane.agent: lane.state for lane in lanes if lane.agent and lane.state != "idle"}
-        self.endpoint.set_agents(len(inflight), agent_rows(snapshot.agents, inflight, lane_states))
+        priorities = thread.config.agent_priorities if thread is not None else {}
+        rows = agent_rows(snapshot.agents, inflight, lane_states, priorities)
+        self.service_plot.update_from(self.feed.axis_time(time.monotonic()), snapshot.agents, inflight, max_batch,
+                                      self.feed.markers[-20:])
+        self.endpoint.set_agents(len(inflight), rows)
+        if self.agent_view.agent is None and rows:  # something to watch from the first request on
+            self.agent_view.show_agent(rows[0].agent)
         self.last_snapshot = snapshot
+
+    def _refresh_fleet_slow(self) -> None:
+        """The gateway's figures where the embedded engine's would be; its policy can change over HTTP too."""
+        self.policy_caption.setText(self.fleet.policy_caption())
+        rows = self.fleet.agent_rows()
+        self.endpoint.set_agents(sum(row.open > 0 for row in rows), rows)
+        self.status.showMessage(self.fleet.summary())
+        self.cache_panel.figures.setText("Each backend's prefix cache hit rate is plotted in the fleet panel.")
+
+    def show_lane(self, lane: int) -> None:
+        """Opens the agent view on whoever holds the lane now (the timeline shows the past too)."""
+        lanes = self.service.engine_thread.lanes() if self.service.loaded else ()
+        agent = lanes[lane].agent if lane < len(lanes) else None
+        if agent is None:
+            self.statusBar().showMessage(f"lane {lane} is idle now", 3000)
+            return
+        self.agent_view.show_agent(agent)
 
     # -- engine loading --------------------------------------------------------------------------
 
@@ -232,13 +303,55 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def load_engine(self, changes: dict) -> None:
         self.launcher.stop()
+        self._leave_fleet()
         self._begin_load("Loading… (in-flight requests are failed and retried by agents)",
                          lambda: self.service.reload(**changes))
 
     def unload_engine(self) -> None:
         self.launcher.stop()
+        self._leave_fleet()
         self.service.stop()
         self.engine_panel.show_facts(None)
+
+    def load_fleet(self, backends: list) -> None:
+        """Stops the embedded engine; the endpoint then answers through the gateway in front of `backends`."""
+        self.launcher.stop()
+        self.service.stop()
+        self._loading = True
+        self.engine_panel.set_busy("Connecting to the backends… (a backend that is down is shown as such)")
+        self.fleet.begin(backends, self._fleet_done)
+
+    def _fleet_done(self, error: str | None) -> None:
+        self._loading = False
+        if error is not None:
+            self.engine_panel.set_error(error)
+            self._show_fleet_mode(self.fleet.active)  # a new list refused: the old fleet was stopped first
+        else:
+            self.engine_panel.show_fleet([b.config for b in self.fleet.gateway.backends])
+            self._show_fleet_mode(True)
+            self._refresh_fleet_slow()  # a new list replacing a fleet already shown
+        self.engine_loaded.emit(error)
+
+    def _leave_fleet(self) -> None:
+        if self.fleet.active:
+            self.fleet.stop()
+            self._show_fleet_mode(False)
+
+    def _show_fleet_mode(self, active: bool) -> None:
+        if active == self._fleet_shown:
+            return
+        self._fleet_shown = active
+        buttons = list(self.controls.switch.buttons.values())
+        embedded_only([*buttons, self.controls, self.cache_panel, self.ab], active)
+        if active:
+            # Every remote engine batches continuously; what the gateway chooses is the admission order.
+            self.controls.switch.show_policy("continuous")
+            self._knobs_note = self.controls.message.text()
+            self.controls.message.setText(KNOBS_IN_FLEET)
+        else:
+            self.policy_caption.setText(POLICY_CAPTION)
+            self.controls.message.setText(self._knobs_note)
+            self.status.clearMessage()
 
     def _begin_load(self, text: str, work) -> None:
         self._loading = True
@@ -254,10 +367,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.engine_loaded.emit(error)
 
     def _engine_ready(self) -> None:
-        self.engine_panel.show_facts(self.service.describe())
+        facts = self.service.describe()
+        self.engine_panel.show_facts(facts)
+        self.launcher.suit_engine(writes_real_text(facts))
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
-                                 settings.kv_unified)
+                                 settings.kv_unified, settings.threads, settings.extra_buffers)
         if self.service.loaded:
             engine = self.service.engine
             self.controls.set_limits(engine.max_lanes, engine.kv_capacity)
@@ -265,6 +380,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.feed.note_config(self.service.engine_thread.config)
 
     # -- endpoint --------------------------------------------------------------------------------
+
+    def attach_endpoint(self, http) -> None:
+        """The HttpServer the panel's endpoint runs on: the fleet mode swaps what it serves."""
+        self.fleet.attach(http)
 
     def set_endpoint(self, url: str | None, note: str = "") -> None:
         self.url = url
@@ -316,6 +435,9 @@ class MainWindow(QtWidgets.QMainWindow):
     # -- settings and shutdown -------------------------------------------------------------------
 
     def _restore(self) -> None:
+        # The remembered list reaches the settings through the app (ui/app_main._settings), as config.toml's does.
+        if self.service.settings.backends:
+            self.engine_panel.backends.set_backends(self.service.settings.backends)
         if self.store is None:
             return
         geometry = self.store.geometry()
@@ -323,7 +445,9 @@ class MainWindow(QtWidgets.QMainWindow):
             self.restoreGeometry(geometry)
         self.launcher.set_values(self.store.get("swarm", {}))
         self.ab.seconds.setValue(int(self.store.get("ab_seconds", self.ab.seconds.value())))
-        self.engine_panel.path.setText(self.store.get("model_path", "") or "")
+        model = self.store.get("model_path", "") or ""
+        if choice_for("llama", model or None) == "gguf":
+            self.engine_panel.path.setText(model)
 
     def save_settings(self) -> None:
         if self.store is None:
@@ -334,12 +458,21 @@ class MainWindow(QtWidgets.QMainWindow):
         settings = self.service.settings
         self.store.set("engine", settings.engine)
         self.store.set("kv_unified", settings.kv_unified)
-        model = self.engine_panel.path.text().strip() or (str(settings.model) if settings.model else "")
-        self.store.set("model_path", model)
+        self.store.set("threads", settings.threads or 0)
+        self.store.set("extra_buffers", settings.extra_buffers)
+        # Empty means the bundled model; "demo" the random-weight one.
+        self.store.set("model_path", str(settings.model) if settings.model else "")
         if self.service.loaded:
             c = self.service.engine_thread.config
             self.store.set("scheduler", {"policy": c.policy, "max_batch": c.max_batch,
                                          "prefill_chunk": c.prefill_chunk, "kv_budget": c.kv_budget})
+        self.store.set("fleet", self.fleet.active)
+        try:
+            backends = self.engine_panel.backends.backends()
+        except ValueError:
+            backends = None  # an unfinished edit must not replace the list remembered
+        if backends is not None:
+            self.store.set("backends", [format_backend(b) for b in backends])
         self.store.sync()
 
     def shutdown(self) -> None:
@@ -352,6 +485,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.save_settings()
         except Exception:  # never let a settings problem keep the engine running
             log.exception("could not save settings")
+        self.fleet.stop()
         self.service.stop()
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt API)

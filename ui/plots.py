@@ -32,7 +32,9 @@ PLOTS = {
         ("queue", "waiting queue", theme.QUEUE, True, 1.5, False)]),
     "kv": ("KV cache", "KV %", [
         ("kv_pct", "live KV %", theme.KV, False, 2.0, True),
-        ("kv_cached_pct", "cached for reuse %", theme.PREFILL, True, 1.5, False)]),
+        ("kv_cached_pct", "cached for reuse %", theme.PREFILL, True, 1.5, False),
+        # A hybrid model's recurrent-state checkpoints, as a share of their own memory budget.
+        ("checkpoint_pct", "checkpoints % of their budget", theme.QUEUE, True, 1.5, False)]),
     "utilization": ("Utilization", "%", [
         ("utilization", "utilization (useful / width held)", theme.MINT, False, 2.0, False),
         ("occupancy", "occupancy (live / max batch)", theme.USEFUL, True, 1.5, False)]),
@@ -111,7 +113,8 @@ class PlotsPanel(QtWidgets.QWidget):
             curve.setData(t_visible, ticks.column(key)[lo:], skipFiniteCheck=False)
         for plot in self.plots.values():
             plot.setXRange(start, end, padding=0)
-        kv = np.concatenate((ticks.column("kv_pct")[lo:], ticks.column("kv_cached_pct")[lo:]))
+        kv = np.concatenate((ticks.column("kv_pct")[lo:], ticks.column("kv_cached_pct")[lo:],
+                             ticks.column("checkpoint_pct")[lo:]))
         top = max(2.0, float(np.nanmax(kv)) * 1.3 if len(kv) else 2.0)
         if not math.isclose(top, self._kv_top, rel_tol=0.15):
             self._kv_top = min(top, 100.0)
@@ -121,8 +124,11 @@ class PlotsPanel(QtWidgets.QWidget):
             capacity = feed.steps.column("kv_capacity", 1)
             cap = int(capacity[0]) if len(capacity) else 0
             cached = int(feed.latest("kv_cached"))
-            self.kv_text.setText(f"{int(kv_used):,} live + {cached:,} cached of {cap:,} tokens "
-                                 f"({feed.latest('kv_pct'):.1f}% live)")
+            text = f"{int(kv_used):,} live + {cached:,} cached of {cap:,} tokens ({feed.latest('kv_pct'):.1f}% live)"
+            checkpoint_bytes = feed.steps.column("checkpoint_bytes", 1)
+            if len(checkpoint_bytes) and checkpoint_bytes[0] > 0:
+                text += f"; checkpoints {checkpoint_bytes[0] / 1e6:,.1f} MB"
+            self.kv_text.setText(text)
         self._sync_markers(feed.markers, start)
 
     def _sync_markers(self, markers: list[Marker], oldest: float) -> None:

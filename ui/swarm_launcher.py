@@ -13,7 +13,8 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from runtime.workload import ARTICLE_LENGTHS
+from runtime.critical_path import CriticalPathWorkload
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
 from ui import theme
 from ui.local_swarm import LocalSwarm
 
@@ -26,6 +27,19 @@ FALLBACK_PRESETS: dict[str, tuple[int, ...]] = {
     "tool calls": (16, 24, 32, 40, 48, 64, 80, 96),
     "long plans": (400, 600, 800, 1000, 1200, 1600),
 }
+MODES = (
+    ("real", "real agents (natural stops)"),
+    ("fixed", "fixed lengths (comparable)"),
+    ("critical", "critical path + noisy neighbour"),
+)
+# The critical-path swarm runs round after round until stopped.
+OPEN_ENDED_ROUNDS = 1 << 30
+MODE_TIP = ("Real agents send multi-turn coding chats (a shared system prompt, varied tasks, short tool results) "
+            "and stop when the model stops, so lengths vary as in a real swarm. Fixed lengths ignore the model's "
+            "stop token and cycle through the lengths below, so runs under different policies compare exactly. "
+            "Critical path: a coordinator plans, fans out one task to each of `agents` workers (the lengths "
+            "below), waits for all, then merges, round after round, beside a noisy neighbour that keeps "
+            "three times the lanes in requests open; the service plot shows each round's makespan.")
 PRESET_TIPS = {"article": "the article's eight agents, 40..900 tokens", "tool calls": "short tool calls",
                "long plans": "long reasoning plans", "custom": "your own comma-separated lengths"}
 
@@ -59,6 +73,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 class SwarmLauncher(QtWidgets.QGroupBox):
     started = QtCore.Signal(str)  # "http" or "local"
     finished = QtCore.Signal(dict)
+    round_done = QtCore.Signal(dict)  # a critical-path round: makespan, shares, Jain's index
 
     def __init__(self, engine_thread: Callable[[], Any], parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Swarm launcher", parent)
@@ -69,6 +84,11 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         self.agents = QtWidgets.QSpinBox()
         self.agents.setRange(1, 64)
         self.agents.setValue(8)
+        self.mode = QtWidgets.QComboBox()
+        for key, label in MODES:
+            self.mode.addItem(label, key)
+        self.mode.setToolTip(MODE_TIP)
+        self.mode.currentIndexChanged.connect(self._mode_changed)
         self.preset = QtWidgets.QComboBox()
         for name in [*self.presets, "custom"]:
             self.preset.addItem(name)
@@ -93,6 +113,7 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         spread_row.addWidget(self.spread_label)
         form = QtWidgets.QFormLayout()
         form.addRow("agents", self.agents)
+        form.addRow("mode", self.mode)
         form.addRow("lengths", self.preset)
         form.addRow("", self.lengths)
         form.addRow("spread", spread_row)
@@ -105,11 +126,29 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         self._stop_event: asyncio.Event | None = None
         self._spread_changed(self.spread.value())
         self._preset_changed(self.preset.currentText())
+        self._mode_changed()
 
     # -- values --------------------------------------------------------------------------------
 
     def _spread_changed(self, value: int) -> None:
         self.spread_label.setText(f"{value / 10:.1f}")
+
+    @property
+    def real_agents(self) -> bool:
+        return self.mode.currentData() == "real"
+
+    @property
+    def critical_path(self) -> bool:
+        return self.mode.currentData() == "critical"
+
+    def suit_engine(self, writes_text: bool) -> None:
+        """Real agents on a model that writes real text; fixed lengths on the cost model or random weights."""
+        if not self.running:
+            self.mode.setCurrentIndex([key for key, _ in MODES].index("real" if writes_text else "fixed"))
+
+    def _mode_changed(self) -> None:
+        for widget in (self.preset, self.lengths, self.spread):
+            widget.setEnabled(not self.real_agents)
 
     def _preset_changed(self, name: str) -> None:
         custom = name == "custom"
@@ -120,7 +159,7 @@ class SwarmLauncher(QtWidgets.QGroupBox):
 
     def values(self) -> dict[str, Any]:
         return {"agents": self.agents.value(), "preset": self.preset.currentText(), "lengths": self.lengths.text(),
-                "spread": self.spread.value() / 10}
+                "spread": self.spread.value() / 10, "mode": self.mode.currentData()}
 
     def set_values(self, values: dict[str, Any]) -> None:
         if "agents" in values:
@@ -131,6 +170,8 @@ class SwarmLauncher(QtWidgets.QGroupBox):
             self.lengths.setText(str(values["lengths"]))
         if "spread" in values:
             self.spread.setValue(round(float(values["spread"]) * 10))
+        if values.get("mode") in [key for key, _ in MODES]:
+            self.mode.setCurrentIndex([key for key, _ in MODES].index(values["mode"]))
 
     # -- running -------------------------------------------------------------------------------
 
@@ -164,14 +205,19 @@ class SwarmLauncher(QtWidgets.QGroupBox):
             else:
                 try:
                     config = SwarmConfig(url=self.url, agents=agents, lengths=lengths, spread=spread,
-                                         api_key=self.api_key or None, seconds=OPEN_ENDED_S)
+                                         api_key=self.api_key or None, seconds=OPEN_ENDED_S,
+                                         real_agents=self.real_agents,
+                                         critical_path=self._critical_path(agents, lengths, spread))
                 except ValueError as exc:
                     self.status.setText(f"Cannot start: {exc}")
                     return None
                 self._stop_event = asyncio.Event()
-                self._task = asyncio.ensure_future(run_swarm(config, self._stop_event))
+                self._task = asyncio.ensure_future(run_swarm(config, self._stop_event, self.round_done.emit))
                 self._task.add_done_callback(self._http_done)
                 mode = "http"
+        if mode == "local" and (self.real_agents or self.critical_path):
+            self.status.setText("This swarm talks to the endpoint, which is off: start it, or pick fixed lengths.")
+            return None
         if mode == "local":
             try:
                 self._local = LocalSwarm(self._engine_thread(), agents=agents, lengths=lengths, spread=spread)
@@ -180,10 +226,26 @@ class SwarmLauncher(QtWidgets.QGroupBox):
                 return None
             self._local.start()
         where = f"over HTTP at {self.url}" if mode == "http" else "in-process (no endpoint)"
-        self.status.setText(f"{agents} agents running {where}")
+        kind = ("workers, a coordinator and a noisy neighbour" if self.critical_path
+                else "real agents" if self.real_agents else "agents")
+        self.status.setText(f"{agents} {kind} running {where}")
         self.button.setText("Stop swarm")
         self.started.emit(mode)
         return mode
+
+    def _critical_path(self, workers: int, lengths: tuple[int, ...], spread: float) -> CriticalPathWorkload | None:
+        if not self.critical_path:
+            return None
+        spread_lengths = tuple(SwarmWorkload(lengths=lengths, spread=spread).effective_lengths)
+        lanes = self._lanes()
+        return CriticalPathWorkload(workers=workers, rounds=OPEN_ENDED_ROUNDS, worker_lengths=spread_lengths,
+                                    noisy_lengths=spread_lengths, noisy_concurrency=3 * lanes)
+
+    def _lanes(self) -> int:
+        try:
+            return self._engine_thread().config.max_batch
+        except RuntimeError:
+            return 8
 
     def stop(self) -> None:
         """Agents send no new requests; the ones streaming finish (or fail when the engine stops)."""

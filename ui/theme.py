@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from runtime.policy_registry import POLICIES
+
 BACKGROUND = "#0c2428"
 PANEL = "#11313a"
 PANEL_EDGE = "#1d4a52"
@@ -22,8 +24,13 @@ QUEUE = "#e07a5f"
 KV = "#b39ddb"
 MARKER = "#ffffff"
 
-POLICY_COLOURS = {"naive": "#e07a5f", "shrinking": "#f2a541", "continuous": "#6fd6b0"}
-POLICY_LABELS = {"naive": "naive static", "shrinking": "shrinking static", "continuous": "continuous"}
+POLICY_COLOURS = {name: policy.colour for name, policy in POLICIES.items()}
+POLICY_LABELS = {name: policy.label for name, policy in POLICIES.items()}
+
+_POLICY_BUTTONS = "\n".join(
+    f'QPushButton#policyButton[policy="{name}"]:checked {{ background: {colour}; }}'
+    for name, colour in POLICY_COLOURS.items()
+)
 
 STYLESHEET = f"""
 QWidget {{ background: {BACKGROUND}; color: {TEXT}; font-size: 10pt; }}
@@ -37,9 +44,7 @@ QPushButton:disabled {{ color: #5d7c78; }}
 QPushButton#policyButton {{ font-size: 12pt; font-weight: bold; padding: 8px 14px; border-radius: 0px;
                             background: #0f2d33; color: {TEXT_DIM}; }}
 QPushButton#policyButton:checked {{ color: #0a1f23; }}
-QPushButton#policyButton[policy="naive"]:checked {{ background: {POLICY_COLOURS["naive"]}; }}
-QPushButton#policyButton[policy="shrinking"]:checked {{ background: {POLICY_COLOURS["shrinking"]}; }}
-QPushButton#policyButton[policy="continuous"]:checked {{ background: {POLICY_COLOURS["continuous"]}; }}
+{_POLICY_BUTTONS}
 QPushButton#primary {{ background: #2b6e5c; font-weight: bold; }}
 QLineEdit, QSpinBox, QDoubleSpinBox, QComboBox {{ background: {PLOT_BACKGROUND}; border: 1px solid {PANEL_EDGE};
     border-radius: 3px; padding: 2px 4px; selection-background-color: #2b6e5c; }}

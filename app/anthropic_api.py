@@ -1,0 +1,266 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API (Claude Code, Anthropic SDKs).
+
+The request becomes a ChatCompletionRequest (system, text blocks, tool_use as tool calls,
+tool_result as tool messages) and runs the chat path; the reply becomes thinking, text and
+tool_use blocks. Errors here are Anthropic-shaped (app.errors picks the shape by path).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from app.api_models import MAX_NAME_CHARS, MAX_TOKENS_LIMIT, MAX_TOOLS, ChatCompletionRequest, _Lenient
+from app.chat_run import ChatRun, Choice
+from app.errors import bad_request, read_json
+from app.reply import ReplyPiece
+from app.server_core import ServerCore, respond
+from app.streaming import ClientGone, sse
+
+
+class AnthropicMessage(_Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class AnthropicTool(_Lenient):
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class AnthropicToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class Metadata(_Lenient):
+    user_id: str | None = None
+
+
+class MessagesRequest(_Lenient):
+    model: str = Field("", max_length=1024)
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS_LIMIT)
+    messages: list[AnthropicMessage] = Field(min_length=1, max_length=100_000)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[AnthropicTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: AnthropicToolChoice | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=1.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    stream: bool = False
+    metadata: Metadata | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    max_tokens: int = Field(1, ge=1, le=MAX_TOKENS_LIMIT)
+
+
+def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:
+    if blocks is None or isinstance(blocks, str):
+        return blocks or ""
+    texts = []
+    for i, block in enumerate(blocks):
+        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+            raise bad_request(f"only text blocks are supported here, got {kind!r}", param=f"{param}.{i}")
+        texts.append(block["text"])
+    return "\n".join(texts)
+
+
+def to_messages(body: MessagesRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    system = _text_blocks(body.system, "system")
+    if system:
+        messages.append({"role": "system", "content": system})
+    for i, message in enumerate(body.messages):
+        param = f"messages.{i}.content"
+        if isinstance(message.content, str):
+            messages.append({"role": message.role, "content": message.content})
+            continue
+        texts, calls, results = [], [], []
+        for j, block in enumerate(message.content):
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif kind == "tool_use" and message.role == "assistant":
+                if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                    raise bad_request("a tool_use block needs id and name", param=f"{param}.{j}")
+                calls.append({"id": block["id"], "type": "function",
+                              "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {})}})
+            elif kind == "tool_result" and message.role == "user":
+                if not isinstance(block.get("tool_use_id"), str):
+                    raise bad_request("a tool_result block needs tool_use_id", param=f"{param}.{j}")
+                text = _text_blocks(block.get("content"), f"{param}.{j}.content")
+                results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
+                                "content": f"Error: {text}" if block.get("is_error") else text})
+            elif kind in ("thinking", "redacted_thinking"):
+                continue  # earlier thinking is not replayed to the model
+            else:
+                raise bad_request(f"{kind!r} blocks are not supported in {message.role} messages", param=f"{param}.{j}")
+        # Tool results answer the previous assistant turn, so they come before this turn's text.
+        messages += results
+        if texts or calls or not results:
+            entry: dict[str, Any] = {"role": message.role, "content": "\n".join(texts)}
+            if calls:
+                entry["tool_calls"] = calls
+            messages.append(entry)
+    return messages
+
+
+def to_chat(body: MessagesRequest, stream: bool) -> ChatCompletionRequest:
+    choice = body.tool_choice
+    tool_choice: Any = None
+    if choice is not None:
+        if choice.type == "tool" and not choice.name:
+            raise bad_request("tool_choice type 'tool' needs name", param="tool_choice.name")
+        tool_choice = {"auto": "auto", "any": "required", "none": "none"}.get(
+            choice.type, {"type": "function", "function": {"name": choice.name}})
+    chat = {
+        "messages": to_messages(body),
+        "tools": [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                    "parameters": t.input_schema}} for t in body.tools or []] or None,
+        "tool_choice": tool_choice, "parallel_tool_calls": False if choice and choice.disable_parallel_tool_use else None,
+        "max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
+        "stop": body.stop_sequences or None, "stream": stream,
+    }
+    return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
+
+
+def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
+    if choice_reason == "tool_calls":
+        return "tool_use"
+    if choice_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if stop_sequence else "end_turn"
+
+
+def _usage(run: ChatRun) -> dict[str, int]:
+    usage = run.usage()
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    # Anthropic counts cache reads apart from input_tokens.
+    return {"input_tokens": usage["prompt_tokens"] - cached, "output_tokens": usage["completion_tokens"],
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+
+class BlockWriter:
+    """Content blocks from reply pieces, and the stream events that announce them."""
+
+    def __init__(self) -> None:
+        self.blocks: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
+
+    def add(self, pieces: list[ReplyPiece]) -> list[bytes]:
+        events: list[bytes] = []
+        for piece in pieces:
+            if piece.kind == "call":
+                events += self._close()
+                call = piece.call
+                block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+                events += self._start(block)
+                events.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments}))
+                try:
+                    block["input"] = json.loads(call.arguments)
+                except ValueError:
+                    block["input"] = {"arguments": call.arguments}
+                events += self._close()
+                continue
+            kind, field = ("thinking", "thinking") if piece.kind == "reasoning" else ("text", "text")
+            if self._open is None and not piece.text.strip():
+                continue  # blank text between blocks opens nothing
+            if self._open is None or self._open["type"] != kind:
+                events += self._close()
+                events += self._start({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
+                                      else {"type": "text", "text": ""})
+            self._open[field] += piece.text
+            events.append(self._delta({"type": f"{kind}_delta", field: piece.text}))
+        return events
+
+    def finish(self) -> list[bytes]:
+        return self._close()
+
+    def _start(self, block: dict[str, Any]) -> list[bytes]:
+        self.blocks.append(block)
+        self._open = block
+        return [sse({"type": "content_block_start", "index": len(self.blocks) - 1, "content_block": dict(block)},
+                    event="content_block_start")]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse({"type": "content_block_delta", "index": len(self.blocks) - 1, "delta": delta},
+                   event="content_block_delta")
+
+    def _close(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [sse({"type": "content_block_stop", "index": len(self.blocks) - 1}, event="content_block_stop")]
+
+
+def anthropic_router(server: ServerCore) -> APIRouter:
+    router = APIRouter()
+
+    def agent_for(body: MessagesRequest, request: Request) -> str | None:
+        user = request.headers.get("x-agent-name") or (body.metadata.user_id if body.metadata else None)
+        return user.strip()[:MAX_NAME_CHARS] if user and user.strip() else None
+
+    @router.post("/messages")
+    async def messages(request: Request):
+        body = MessagesRequest.model_validate(await read_json(request, server.service.settings.max_body_bytes))
+        run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request))
+        message = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": server.model_id(),
+                   "content": [], "stop_reason": None, "stop_sequence": None}
+        writer = BlockWriter()
+
+        async def stream():
+            start_usage = {"input_tokens": run.prompt_tokens, "output_tokens": 0, "cache_read_input_tokens": 0,
+                           "cache_creation_input_tokens": 0}
+            yield sse({"type": "message_start", "message": {**message, "usage": start_usage}}, event="message_start")
+            yield sse({"type": "ping"}, event="ping")
+            reason = error = None
+            try:
+                async for event in run.events(request.is_disconnected):
+                    for chunk in writer.add(event.pieces):
+                        yield chunk
+                    reason, error = event.finish_reason or reason, event.error or error
+            except ClientGone:
+                return
+            for chunk in writer.finish():
+                yield chunk
+            if error is not None or reason == "error":
+                yield sse({"type": "error", "error": {"type": "api_error", "message": error or "the engine failed"}},
+                          event="error")
+                return
+            sequence = run.handles[0].request.stop_sequence
+            yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason(reason, sequence),
+                                                         "stop_sequence": sequence}, "usage": _usage(run)},
+                      event="message_delta")
+            yield sse({"type": "message_stop"}, event="message_stop")
+
+        def whole(choices: list[Choice]) -> JSONResponse:
+            choice = choices[0]
+            reply = choice.reply
+            writer.add([ReplyPiece("reasoning", reply.reasoning)] if reply.reasoning.strip() else [])
+            writer.add([ReplyPiece("content", reply.content.strip())] if reply.content.strip() else [])
+            writer.add([ReplyPiece("call", call=c) for c in reply.calls])
+            writer.finish()
+            return JSONResponse({**message, "content": writer.blocks,
+                                 "stop_reason": stop_reason(choice.finish_reason, choice.stop_sequence),
+                                 "stop_sequence": choice.stop_sequence, "usage": _usage(run)})
+
+        return await respond(request, run, stream() if body.stream else None, whole)
+
+    @router.post("/messages/count_tokens")
+    async def count_tokens(request: Request):
+        body = CountTokensRequest.model_validate(await read_json(request, server.service.settings.max_body_bytes))
+        engine, _ = server.engine()
+        _, prompt_ids = await server.render_chat_request(engine, to_chat(body, False))
+        return {"input_tokens": len(prompt_ids)}
+
+    return router

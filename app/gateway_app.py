@@ -1,0 +1,244 @@
+"""The gateway's HTTP face: every POST under /v1 is forwarded, body untouched, to the backend admitted.
+
+So whatever the backends speak (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages)
+works through it. Streams are relayed as they arrive; a client's hang-up closes the upstream request,
+which the backend sees as its own client leaving. A backend failing before it answered is retried
+on another; failing mid-answer ends that one response with an error event (or a 502) and nothing else.
+Also served: /health, /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler
+(gateway policy and routing), GET /v1/models (the first backend that is up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
+
+from app.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json, too_large
+from app.gateway import ClientGone, Gateway, Lease
+from app.gateway_prom import build_gateway_registry
+from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage
+from app.prom import CONTENT_TYPE, render
+from app.settings import Settings
+from app.streaming import EventStreamResponse
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+# Generous: a long prompt's prefill can keep a backend silent for minutes; a hang-up still ends it at once.
+READ_TIMEOUT_S = 600.0
+DISCONNECT_POLL_S = 0.5
+# Errors raised before the backend received the request: safe to send it elsewhere.
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def _error_event(path: str, message: str) -> bytes:
+    if path.endswith("/messages"):  # Anthropic's stream error shape
+        data = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+    data = {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_failed"}}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks, received = [], 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise bad_request("the client hung up while sending the body") from None
+    return b"".join(chunks)
+
+
+async def _unless_hung_up(work: Awaitable, is_disconnected: Callable[[], Awaitable[bool]]):
+    """Awaits work, cancelling it if the client leaves first (a non-streaming handler is not told)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+class Forwarder:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def forward(self, request: Request, path: str, inbound: Inbound) -> Response:
+        gateway = self.gateway
+        retry_of = None
+        for _ in range(len(gateway.backends)):
+            lease = await gateway.acquire(inbound, request.is_disconnected, retry_of)
+            backend = lease.backend
+            headers = {"content-type": "application/json", **backend.headers}
+            if inbound.agent != "anonymous":
+                headers["x-agent-name"] = inbound.agent
+            upstream_request = self.client.build_request(
+                "POST", f"{backend.config.url}{path}", content=forwarded_body(inbound, backend.kind), headers=headers,
+                params=request.query_params)
+            try:
+                upstream = await _unless_hung_up(self.client.send(upstream_request, stream=True),
+                                                 request.is_disconnected)
+            except NOT_SENT as exc:
+                log.warning("backend %s refused a request (%s); trying another", backend.label, exc)
+                gateway.backend_failed(lease, f"connection failed: {exc}")
+                retry_of = lease.ticket
+                continue
+            except httpx.HTTPError as exc:
+                gateway.backend_failed(lease, f"failed before answering: {exc}")
+                raise self._failed(backend.label, exc) from None
+            except BaseException:
+                gateway.release(lease)
+                raise
+            return await self._relay(request, path, lease, upstream)
+        raise APIError(503, "every backend refused the connection; retry shortly", code="no_backend",
+                       headers={"Retry-After": "2"})
+
+    def _failed(self, label: str, exc: Exception) -> APIError:
+        return APIError(502, f"backend {label} failed mid-request ({type(exc).__name__}: {exc}); retry",
+                        code="backend_failed")
+
+    async def _relay(self, request: Request, path: str, lease: Lease, upstream: httpx.Response) -> Response:
+        backend = lease.backend
+        relay_headers = {"x-swarm-backend": backend.label}
+        content_type = upstream.headers.get("content-type", "application/json")
+        if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
+            response = EventStreamResponse(self._stream(path, lease, upstream),
+                                           on_close=lambda: self.gateway.release(lease))
+            response.headers.update(relay_headers)
+            return response
+        try:
+            body = await _unless_hung_up(upstream.aread(), request.is_disconnected)
+        except ClientGone:
+            return Response(status_code=499)
+        except httpx.HTTPError as exc:
+            self.gateway.backend_failed(lease, f"failed mid-answer: {exc}")
+            raise self._failed(backend.label, exc) from None
+        finally:
+            await upstream.aclose()
+            self.gateway.release(lease)
+        if upstream.status_code == 200:
+            try:
+                counts = prompt_usage(json.loads(body))
+            except ValueError:
+                counts = None
+            if counts is not None:
+                backend.note_response(*counts)
+        return Response(body, status_code=upstream.status_code, media_type=content_type, headers=relay_headers)
+
+    async def _stream(self, path: str, lease: Lease, upstream: httpx.Response) -> AsyncIterator[bytes]:
+        tap = UsageTap()
+        backend = lease.backend
+        try:
+            async for chunk in upstream.aiter_raw():
+                tap.feed(chunk)
+                yield chunk
+        except httpx.HTTPError as exc:
+            log.warning("backend %s failed mid-stream: %s", backend.label, exc)
+            self.gateway.backend_failed(lease, f"failed mid-stream: {exc}")
+            yield _error_event(path, f"backend {backend.label} failed mid-stream ({type(exc).__name__}); "
+                                     "this response is incomplete, retry it")
+        finally:
+            # On a hang-up this runs as the stream task is cancelled: closing drops the backend's request too.
+            await upstream.aclose()
+            if tap.found is not None:
+                backend.note_response(*tap.found)
+
+
+def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Settings]) -> FastAPI:
+    """settings may be a callable: the panel's API key can change while its gateway runs."""
+    current = settings if callable(settings) else lambda: settings
+    app = FastAPI(title="swarm-panel gateway", summary="One OpenAI-compatible endpoint in front of many engines",
+                  version="0.1.0")
+    forwarder = Forwarder(gateway)
+    registry = build_gateway_registry(gateway)
+    app.state.gateway = gateway
+    app.state.forwarder = forwarder
+    install_error_handlers(app)
+
+    async def require_key(request: Request) -> None:
+        key = current().api_key
+        check_api_key(key.get_secret_value() if key is not None else None, request.headers.get("authorization"))
+
+    guarded = [Depends(require_key)]
+    v1 = APIRouter(prefix="/v1", dependencies=guarded)
+
+    @v1.get("/scheduler")
+    async def get_scheduler():
+        return gateway.state()
+
+    @v1.put("/scheduler")
+    async def put_scheduler(request: Request):
+        raw = await read_json(request, current().max_body_bytes)
+        if not isinstance(raw, dict) or not set(raw) <= {"policy", "routing"} or not raw:
+            raise bad_request('the body must be {"policy": "continuous"|"fair"} and/or '
+                              '{"routing": "affinity"|"round-robin"}')
+        try:
+            if "policy" in raw:
+                gateway.set_policy(str(raw["policy"]))
+            if "routing" in raw:
+                gateway.set_routing(str(raw["routing"]))
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        return gateway.state()
+
+    @v1.get("/models")
+    async def models():
+        for backend in gateway.backends:
+            if not backend.available:
+                continue
+            try:
+                answer = await forwarder.client.get(f"{backend.config.url}/v1/models", headers=backend.headers,
+                                                    timeout=CONNECT_TIMEOUT_S)
+            except httpx.HTTPError:
+                continue
+            return Response(answer.content, status_code=answer.status_code,
+                            media_type=answer.headers.get("content-type", "application/json"))
+        raise gateway.no_backend_error()
+
+    @v1.post("/{path:path}")
+    async def forward(path: str, request: Request):
+        raw = await _read_capped(request, current().max_body_bytes)
+        inbound = inspect(raw, request.headers.get("x-agent-name"))
+        try:
+            return await forwarder.forward(request, f"/v1/{path}", inbound)
+        except ClientGone:
+            return Response(status_code=499)
+
+    app.include_router(v1)
+
+    @app.get("/metrics", dependencies=guarded)
+    async def metrics():
+        return Response(render(registry), media_type=CONTENT_TYPE)
+
+    @app.get("/health")
+    async def health():
+        up = [b.label for b in gateway.backends if b.up]
+        status = 200 if up else 503
+        return JSONResponse({"status": "ok" if up else "unavailable", "backends_up": up,
+                             "backends": len(gateway.backends), "waiting": gateway.num_waiting}, status_code=status)
+
+    return app

@@ -1,0 +1,326 @@
+"""What every endpoint shares: the loaded engine's facts, prompt rendering, and submitting choices.
+
+Each API (chat, completions, Responses, Anthropic Messages) validates its own body, translates it
+to a ChatCompletionRequest where it is a chat, and comes here: one path to the scheduler for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from app.agent_activity import last_user_text
+from app.api_models import ChatCompletionRequest, SamplingRequest
+from app.chat_prompt import for_template
+from app.chat_run import ChatRun, Choice
+from app.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
+from app.errors import APIError, bad_request, overloaded
+from app.prom import ServerMetrics, build_registry
+from app.reasoning import ThinkTags, starts_thinking, think_tags
+from app.reply import ReplyParser
+from app.service import SwarmService
+from app.streaming import ClientGone, EventStreamResponse, RequestHandle
+from app.tool_calls import ToolCallFormat, detect_format
+from runtime.config import MAX_PRIORITY
+from runtime.policy_registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
+from runtime.engine import Engine
+from runtime.engine_thread import EngineThread, EngineUnavailable
+from runtime.request import Request as EngineRequest
+from runtime.request import SamplingParams
+from runtime.scheduler import RequestRejected
+
+# max_tokens when a request names none: the rest of the context, but no more than this.
+DEFAULT_MAX_TOKENS = 4096
+# Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.
+ASKED_TAIL_TOKENS = 160
+# Prompts longer than this (in characters) are rendered and tokenized on a worker thread.
+OFF_LOOP_CHARS = 8192
+MAX_AGENT_CHARS = 256
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _EngineFacts:
+    """What the server needs to know about the loaded engine, looked up once per engine."""
+
+    engine: Engine
+    model_id: str
+    bos: list[int]
+    n_vocab: int | None
+    tool_format: ToolCallFormat
+    think: ThinkTags | None
+
+
+class ServerCore:
+    """The state behind one app: the service, per-request metrics and the engine's cached facts."""
+
+    def __init__(self, service: SwarmService) -> None:
+        self.service = service
+        self.metrics = ServerMetrics()
+        self.registry = build_registry(service, self.metrics)
+        self.created = int(time.time())
+        self._facts: _EngineFacts | None = None
+
+    # -- engine access -------------------------------------------------------------------------
+
+    def engine(self) -> tuple[Engine, EngineThread]:
+        try:
+            return self.service.engine, self.service.engine_thread
+        except RuntimeError:
+            detail = f": {self.service.load_error}" if self.service.load_error else ""
+            raise APIError(503, f"no model is loaded{detail}", code="model_not_loaded",
+                           headers={"Retry-After": "5"}) from None
+
+    def facts(self, engine: Engine) -> _EngineFacts:
+        facts = self._facts
+        if facts is None or facts.engine is not engine:
+            described = engine.describe()
+            n_vocab = described.get("n_vocab")
+            facts = self._facts = _EngineFacts(
+                engine=engine,
+                model_id=str(described.get("name") or engine.name),
+                bos=engine.tokenize("", add_special=True, parse_special=True),
+                n_vocab=int(n_vocab) if n_vocab else None,
+                tool_format=detect_format(engine.chat_template),
+                think=think_tags(engine.chat_template),
+            )
+        return facts
+
+    def model_id(self) -> str:
+        try:
+            return self.facts(self.service.engine).model_id
+        except RuntimeError:
+            return ""
+
+    def check_capacity(self, thread: EngineThread) -> None:
+        limit = self.service.settings.max_waiting
+        waiting = thread.num_waiting
+        if waiting >= limit:
+            self.metrics.reject()
+            raise overloaded(f"the server is busy: {waiting} requests are waiting (limit {limit}); retry shortly")
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def check_prompt_chars(self, chars: int, param: str) -> None:
+        limit = self.service.settings.max_prompt_chars
+        if chars > limit:
+            raise bad_request(f"the prompt is {chars} characters, more than the limit of {limit}",
+                              param=param, code="context_length_exceeded")
+
+    def tokenize(self, engine: Engine, text: str, param: str) -> list[int]:
+        self.check_prompt_chars(len(text), param)
+        ids = engine.tokenize(text, add_special=True, parse_special=True)
+        bos = self.facts(engine).bos
+        # A template that writes the BOS itself would get a second one from add_special.
+        if bos and ids[: 2 * len(bos)] == bos + bos:
+            ids = ids[len(bos):]
+        if not ids:
+            raise bad_request("the prompt is empty", param=param)
+        return ids
+
+    def render_chat(self, engine: Engine, messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]] | None) -> tuple[str, list[int]]:
+        try:
+            text = engine.apply_chat_template(messages, tools)
+        except Exception as exc:  # noqa: BLE001 - the template refused these messages: the client's to fix
+            raise bad_request(f"the chat template could not render these messages: {exc}", param="messages") from None
+        return text, self.tokenize(engine, text, "messages")
+
+    async def off_loop_if_long(self, chars: int, fn: Callable[..., T], *args: Any) -> T:
+        if chars > OFF_LOOP_CHARS:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def submit_choices(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                       agent: str, asked: str | None = None, grammar: str | None = None,
+                       priority: int | None = None) -> list[RequestHandle]:
+        """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV."""
+        if body.top_logprobs_count is not None:
+            require_constraints(engine, "logprobs", "logprobs")
+        handles: list[RequestHandle] = []
+        try:
+            for choice in range(body.n):
+                handles.append(self.submit(engine, thread, body, prompt_ids, agent, asked, grammar, choice, priority))
+        except BaseException:
+            for handle in handles:
+                handle.abort()
+                self.service.inflight.exit(agent)
+            raise
+        return handles
+
+    def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+               agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
+               priority: int | None = None) -> RequestHandle:
+        facts = self.facts(engine)
+        n_vocab = facts.n_vocab
+        bias = body.bias_by_token
+        if n_vocab is not None:
+            bad = [t for t in bias if t >= n_vocab]
+            if bad:
+                raise bad_request(f"logit_bias names token {bad[0]}, outside the vocabulary (0..{n_vocab - 1})",
+                                  param="logit_bias")
+        limit = min(engine.max_context, thread.scheduler.kv_budget)
+        room = limit - len(prompt_ids)
+        if room < 1:
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; the context holds {limit}",
+                              param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
+                              code="context_length_exceeded")
+        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, room)
+        try:
+            sampling = SamplingParams(
+                max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                min_p=body.min_p, seed=None if body.seed is None else body.seed + choice, logit_bias=bias,
+                presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
+                repeat_penalty=body.repeat_penalty, stop=body.stop_list, ignore_eos=body.ignore_eos,
+                grammar=grammar, logprobs=body.top_logprobs_count,
+            )
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        handle = RequestHandle(EngineRequest(prompt_ids, sampling, agent=agent, priority=priority), thread,
+                               asyncio.get_running_loop(), self.metrics)
+        try:
+            handle.submit()
+        except RequestRejected as exc:
+            self.metrics.reject()
+            param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+            raise bad_request(str(exc), param=param, code="context_length_exceeded") from None
+        except EngineUnavailable as exc:
+            raise APIError(503, str(exc), code="engine_unavailable", headers={"Retry-After": "5"}) from None
+        # Left again when the response ends however it ends (ChatRun.close).
+        self.service.inflight.enter(agent)
+        if asked is None:  # the prompt's tail says what the agent asks, whatever API it came through
+            asked = engine.detokenize(prompt_ids[-ASKED_TAIL_TOKENS:])
+        self.service.activity.began(agent, handle.request, asked, facts.tool_format)
+        return handle
+
+    async def render_chat_request(self, engine: Engine, body: ChatCompletionRequest) -> tuple[str, list[int]]:
+        """The prompt a chat request becomes: text and token ids."""
+        messages = [m.for_template() for m in body.messages]
+        tools = body.template_tools()
+        shown_messages, shown_tools = for_template(messages, tools, self.facts(engine).tool_format)
+        chars = sum(len(m["content"] or "") for m in shown_messages) + (len(json.dumps(tools)) if tools else 0)
+        self.check_prompt_chars(chars, "messages")
+        return await self.off_loop_if_long(chars, self.render_chat, engine, shown_messages, shown_tools)
+
+    async def start_chat(self, body: ChatCompletionRequest, request: Request, agent: str | None = None) -> ChatRun:
+        """Renders, constrains and submits a chat; every chat-shaped API comes through here."""
+        engine, thread = self.engine()
+        self.check_capacity(thread)
+        facts = self.facts(engine)
+        grammar = chat_grammar(engine, body, facts.tool_format)
+        text, prompt_ids = await self.render_chat_request(engine, body)
+        agent = agent or agent_of(body.user, request)
+        declared = {t.function.name: t.function.parameters or {} for t in body.tools or []} if body.template_tools() else None
+        thinking = facts.think is not None and starts_thinking(text, facts.think)
+        parsers = [ReplyParser(facts.tool_format if declared is not None else None, declared,
+                               body.parallel_tool_calls is not False, facts.think, thinking) for _ in range(body.n)]
+        asked = last_user_text([m.for_template() for m in body.messages])
+        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar, priority_of(request))
+        return ChatRun(handles, parsers, on_close=lambda _: self.service.inflight.exit(agent))
+
+    def start_completion(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                         agent: str, priority: int | None = None) -> ChatRun:
+        grammar = None
+        if body.grammar is not None:
+            require_constraints(engine, "a grammar", "grammar")
+            check_grammar(body.grammar)
+            grammar = body.grammar
+        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, grammar=grammar, priority=priority)
+        return ChatRun(handles, [ReplyParser() for _ in handles], on_close=lambda _: self.service.inflight.exit(agent))
+
+    def scheduler_state(self, thread: EngineThread) -> dict[str, Any]:
+        config = thread.config
+        return {
+            "policy": config.policy,
+            "max_batch": config.max_batch,
+            "prefill_chunk": config.prefill_chunk,
+            "kv_budget": config.kv_budget,
+            "admission_wait_s": config.admission_wait_s,
+            "prefix_cache": config.prefix_cache,
+            # The seed's batching policies, and the agent-aware ones built on continuous batching.
+            "policies": list(BATCHING_POLICY_NAMES),
+            "agent_policies": list(AGENT_POLICY_NAMES),
+            "agent_weights": dict(config.agent_weights),
+            "agent_priorities": dict(config.agent_priorities),
+            "lanes": [
+                {"index": lane.index, "state": lane.state, "agent": lane.agent, "request_id": lane.request_id,
+                 "prompt_tokens": lane.prompt_tokens, "computed_tokens": lane.computed_tokens,
+                 "output_tokens": lane.output_tokens}
+                for lane in thread.lanes()
+            ],
+            "waiting": thread.num_waiting,
+            "running": thread.num_running,
+        }
+
+
+def agent_of(user: str | None, request: Request) -> str:
+    name = (user or request.headers.get("x-agent-name") or "").strip()
+    return name[:MAX_AGENT_CHARS] or "anonymous"
+
+
+def priority_of(request: Request) -> int | None:
+    """The X-Agent-Priority header (lower is served first under the priority policy); None when absent."""
+    text = request.headers.get("x-agent-priority")
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise bad_request(f"X-Agent-Priority must be an integer (lower is served first), got {text[:40]!r}",
+                          param="X-Agent-Priority") from None
+    if abs(value) > MAX_PRIORITY:
+        raise bad_request(f"X-Agent-Priority must be within +-{MAX_PRIORITY}", param="X-Agent-Priority")
+    return value
+
+
+def engine_failure(message: str | None) -> APIError:
+    message = message or "the request failed in the engine"
+    if "shutting down" in message:
+        return APIError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
+    return APIError(500, message, code="engine_error")
+
+
+def chat_grammar(engine: Engine, body: ChatCompletionRequest, fmt: ToolCallFormat) -> str | None:
+    """The one constraint a chat asks for: its own grammar, a forced tool call, or JSON output."""
+    fmt_type = body.response_format.type if body.response_format else "text"
+    asked = [name for name, on in (("grammar", body.grammar is not None), ("tool_choice", body.forces_tool_call),
+                                   ("response_format", fmt_type != "text")) if on]
+    if not asked:
+        return None
+    if len(asked) > 1:
+        raise bad_request(f"{' and '.join(asked)} each constrain the output; send one of them", param=asked[1])
+    require_constraints(engine, f"constrained output ({asked[0]})", asked[0])
+    if body.grammar is not None:
+        check_grammar(body.grammar)
+        return body.grammar
+    if body.forces_tool_call:
+        return tool_call_grammar([t["function"] for t in body.template_tools() or []], fmt)
+    schema = body.response_format.json_schema.schema_ if fmt_type == "json_schema" else None
+    return json_grammar(schema, "response_format")
+
+
+async def respond(request: Request, run: ChatRun, stream: AsyncIterator[bytes] | None,
+                  whole: Callable[[list[Choice]], Response]) -> Response:
+    """Streams (the response closes the run when it ends) or collects; a hang-up aborts either way."""
+    if stream is not None:
+        return EventStreamResponse(stream, on_close=run.close)
+    try:
+        choices = await run.collect(request.is_disconnected)
+    except ClientGone:
+        return Response(status_code=499)
+    finally:
+        run.close()
+    failed = next((c for c in choices if c.finish_reason == "error"), None)
+    if failed is not None:
+        raise engine_failure(failed.error)
+    return whole(choices)

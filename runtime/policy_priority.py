@@ -1,0 +1,28 @@
+"""Priority: a request's own priority (the X-Agent-Priority header) or its agent's, lower first, as vLLM's `priority`.
+
+Agents nobody named have priority 0; equal priorities are served first come first served. Under
+KV pressure the lowest-priority lanes pause, KV resident.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.policy_ranked import RankedPolicy
+
+if TYPE_CHECKING:
+    from runtime.request import Request
+    from runtime.scheduler import Scheduler
+
+
+class PriorityPolicy(RankedPolicy):
+    name = "priority"
+    label = "priority"
+    summary = ("Continuous, serving lower priority numbers first: per request (X-Agent-Priority) or per agent "
+               "(the agents table, PUT /v1/scheduler agent_priorities).")
+    colour = "#ef8fb3"
+
+    def rank(self, sched: Scheduler, request: Request) -> int:
+        if request.priority is not None:
+            return request.priority
+        return sched.config.agent_priorities.get(request.agent, 0)

@@ -1,0 +1,48 @@
+"""Continuous batching with an order over requests: the shared mechanics of the agent-aware policies.
+
+Each agent-aware policy ranks a request (lower goes first); this base applies the rank at the
+three places a step is contended: which waiting request takes a free lane, which prompt gets the
+prefill budget first, and, when the KV left cannot carry every lane's next token, which lanes
+compute (the rest pause for the step with their KV resident). Every lane that can compute does: the
+policies stay work-conserving. Only when no lane at all can take its next token does one give up
+its KV, the lowest-ranked, to be recomputed later.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runtime.policies import ContinuousPolicy
+
+if TYPE_CHECKING:
+    from runtime.request import Request
+    from runtime.scheduler import Lane, Scheduler
+
+
+class RankedPolicy(ContinuousPolicy):
+    family = "agent"
+    pauses_lanes = True
+
+    def rank(self, sched: Scheduler, request: Request) -> Any:
+        raise NotImplementedError
+
+    def queue_order(self, sched: Scheduler, waiting: list[Request]) -> list[Request]:
+        """Waiting requests in admission order; sorting is stable, so equal ranks stay first come first served."""
+        return sorted(waiting, key=lambda r: self.rank(sched, r))
+
+    def admit(self, sched: Scheduler, now: float) -> None:
+        if sched.waiting and any(lane.request is None for lane in sched.lanes[: sched.config.max_batch]):
+            ordered = self.queue_order(sched, list(sched.waiting))
+            sched.waiting.clear()
+            sched.waiting.extend(ordered)
+        sched.fill_free_lanes()
+
+    def lanes_to_run(self, sched: Scheduler, lanes: list[Lane], n: int) -> list[Lane]:
+        chosen = set(sorted(lanes, key=lambda lane: (self.rank(sched, lane.request), lane.admitted_seq))[:n])
+        return [lane for lane in lanes if lane in chosen]
+
+    def prefill_order(self, sched: Scheduler, lanes: list[Lane]) -> list[Lane]:
+        return sorted(lanes, key=lambda lane: self.rank(sched, lane.request))
+
+    def preemption_victim(self, sched: Scheduler, live: list[Lane]) -> Lane:
+        return max(live, key=lambda lane: (self.rank(sched, lane.request), lane.admitted_seq))

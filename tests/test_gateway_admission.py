@@ -1,0 +1,175 @@
+"""The gateway's admission and routing on its own: queues per agent, the policy's order, per-backend
+limits from telemetry, affinity with its load override, and what a failed backend does to its agents."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.backend_metrics import parse_metrics
+from app.backends import BackendConfig
+from app.errors import APIError
+from app.gateway import ClientGone, Gateway
+from app.gateway_request import inspect
+from tests.test_gateway_metrics import LLAMA_SERVER
+
+
+def _gateway(n: int = 2, slots: int = 2, **kwargs) -> Gateway:
+    configs = [BackendConfig(url=f"http://127.0.0.1:{9000 + i}", kind="vllm", slots=slots) for i in range(n)]
+    gateway = Gateway(configs, **kwargs)
+    for b in gateway.backends:
+        b.up = True
+    return gateway
+
+
+def _req(agent: str, system: str = "S", priority: int = 0):
+    body = f'{{"messages":[{{"role":"system","content":"{system}"}}],"user":"{agent}","priority":{priority}}}'
+    return inspect(body.encode(), None)
+
+
+async def _never() -> bool:
+    return False
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def test_a_full_backend_queues_and_a_finished_request_admits_the_next():
+    async def main():
+        gw = _gateway(n=1, slots=2)
+        a = await gw.acquire(_req("a"), _never)
+        b = await gw.acquire(_req("b"), _never)
+        third = asyncio.create_task(gw.acquire(_req("c"), _never))
+        await asyncio.sleep(0.05)
+        assert not third.done() and gw.num_waiting == 1
+        gw.release(a)
+        c = await third
+        assert c.backend is b.backend and b.backend.inflight == 2
+
+    run(main())
+
+
+def test_a_backend_reporting_its_own_queue_counts_as_full():
+    async def main():
+        gw = _gateway(n=1, slots=8)
+        backend = gw.backends[0]
+        backend.kind = "llama-server"
+        backend.note_sample(parse_metrics(LLAMA_SERVER), now=1.0)  # 3 requests deferred
+        waiting = asyncio.create_task(gw.acquire(_req("a"), _never))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        backend.note_sample(parse_metrics(LLAMA_SERVER.replace("requests_deferred 3", "requests_deferred 0")), 2.0)
+        gw.dispatch()
+        assert (await waiting).backend is backend
+
+    run(main())
+
+
+@pytest.mark.parametrize("policy, admitted", [("continuous", "hog"), ("fair", "calm")])
+def test_the_policy_decides_who_gets_a_freed_slot(policy, admitted):
+    async def main():
+        gw = _gateway(n=1, slots=2, policy=policy)
+        held = [await gw.acquire(_req("hog"), _never) for _ in range(2)]
+        waiting = {"hog": asyncio.create_task(gw.acquire(_req("hog"), _never))}
+        await asyncio.sleep(0.01)
+        waiting["calm"] = asyncio.create_task(gw.acquire(_req("calm"), _never))
+        await asyncio.sleep(0.01)
+        gw.release(held[0])  # hog still has one open, calm none
+        await asyncio.sleep(0.01)
+        return {agent for agent, task in waiting.items() if task.done()}
+
+    # continuous: the older request (hog's); fair: the agent with fewer open requests
+    assert run(main()) == {admitted}
+
+
+def test_priority_goes_first_whatever_the_policy():
+    async def main():
+        gw = _gateway(n=1, slots=1)
+        held = await gw.acquire(_req("a"), _never)
+        low = asyncio.create_task(gw.acquire(_req("b", priority=5), _never))
+        await asyncio.sleep(0.01)
+        urgent = asyncio.create_task(gw.acquire(_req("c", priority=-1), _never))
+        await asyncio.sleep(0.01)
+        gw.release(held)
+        lease = await urgent
+        assert not low.done()
+        gw.release(lease)
+        await low
+
+    run(main())
+
+
+def test_affinity_keeps_an_agent_and_puts_new_agents_where_their_prompt_is():
+    async def main():
+        gw = _gateway(n=2, slots=4)
+        first = await gw.acquire(_req("a1", "team-x"), _never)
+        home = first.backend
+        gw.release(first)
+        again = await gw.acquire(_req("a1", "team-x"), _never)
+        teammate = await gw.acquire(_req("a2", "team-x"), _never)
+        stranger = await gw.acquire(_req("b1", "team-y"), _never)
+        assert again.backend is home and teammate.backend is home
+        assert stranger.backend is not home  # nothing holds team-y: the lighter backend
+
+    run(main())
+
+
+def test_a_much_busier_home_overrides_affinity():
+    async def main():
+        gw = _gateway(n=2, slots=4)
+        leases = [await gw.acquire(_req(f"x{i}", "team-x"), _never) for i in range(3)]
+        assert {lease.backend.label for lease in leases} == {gw.backends[0].label}
+        moved = await gw.acquire(_req("x3", "team-x"), _never)  # home at 3/4, the other idle
+        assert moved.backend is gw.backends[1] and gw.router.moves == 0
+
+    run(main())
+
+
+def test_round_robin_ignores_affinity():
+    async def main():
+        gw = _gateway(n=2, slots=4, routing="round-robin")
+        seen = []
+        for _ in range(4):
+            lease = await gw.acquire(_req("a1"), _never)
+            seen.append(lease.backend.label)
+            gw.release(lease)
+        assert seen[0] != seen[1] and seen[0] == seen[2]
+
+    run(main())
+
+
+def test_a_failed_backend_moves_its_agents_and_none_up_is_a_503():
+    async def main():
+        gw = _gateway(n=2, slots=4)
+        lease = await gw.acquire(_req("a1"), _never)
+        gw.backend_failed(lease, "failed mid-stream")
+        assert lease.backend.up is False and lease.backend.inflight == 0
+        again = await gw.acquire(_req("a1"), _never)
+        assert again.backend is not lease.backend and gw.router.moves == 1
+        gw.backend_failed(again, "gone too")
+        with pytest.raises(APIError) as info:
+            await gw.acquire(_req("a1"), _never)
+        assert info.value.status == 503 and info.value.code == "no_backend"
+
+    run(main())
+
+
+def test_a_client_that_leaves_while_queued_leaves_the_queue():
+    async def main():
+        gw = _gateway(n=1, slots=1)
+        await gw.acquire(_req("a"), _never)
+        gone = asyncio.Event()
+
+        async def is_gone() -> bool:
+            return gone.is_set()
+
+        waiter = asyncio.create_task(gw.acquire(_req("b"), is_gone))
+        await asyncio.sleep(0.05)
+        gone.set()
+        with pytest.raises(ClientGone):
+            await waiter
+        assert gw.num_waiting == 0
+
+    run(main())
