@@ -101,7 +101,8 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0) -> tuple[Path
         if n_gpu_layers != 0:
             return shipped, None
         try:
-            return cpu_copy(shipped), f"The bundled {shipped.name}, served from an F16 copy: faster batches on a CPU."
+            return cpu_copy(shipped), (f"The bundled {shipped.name}, served from an F16 copy: on a CPU, batched "
+                                       "Q4_1 decoding drifts from decoding alone; F16 keeps a batch's tokens.")
         except OSError as exc:
             log.warning("%s; serving the Q4_1 file as shipped", exc)
             return shipped, None

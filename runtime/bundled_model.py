@@ -39,9 +39,10 @@ def bundled_model_path() -> Path:
 def cpu_copy(source: Path | None = None, target: Path | None = None) -> Path:
     """An F16 copy of the bundled model, written once by llama.cpp's own quantizer.
 
-    On a CPU the shipped Q4_1 file pays its dequantization per batch row (t(B) ~ 24B ms here, no
-    shared floor), while F16 weights give a step with the shared floor that batching exploits: 8
-    rows in about a third of the time. The weights are the same; only their storage changes.
+    Batched Q4_1 decoding on the CPU drifts: a sequence decoded beside others leaves the same
+    sequence decoded alone after a few dozen greedy tokens. From F16 weights it keeps its tokens in a
+    batch, at the same step time for 8 lanes. The weights are the same up to the
+    rounding of their dequantized values; only their storage changes.
     """
     import llama_cpp
 
