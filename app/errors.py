@@ -125,6 +125,15 @@ def check_api_key(expected: str | None, authorization: str | None, x_api_key: st
 
 async def read_json(request: Request, limit: int) -> Any:
     """The body as JSON: refused by Content-Length before reading, and capped while streaming in."""
+    body = await read_body(request, limit)
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused by Content-Length before reading and capped while streaming in."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -143,10 +152,7 @@ async def read_json(request: Request, limit: int) -> Any:
             chunks.append(chunk)
     except ClientDisconnect:
         raise bad_request("the client hung up while sending the body") from None
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
+    return b"".join(chunks)
 
 
 def too_large(limit: int) -> APIError:

@@ -18,9 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.requests import ClientDisconnect
 
-from app.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json, too_large
+from app.errors import APIError, bad_request, check_api_key, install_error_handlers, read_body, read_json
 from app.gateway import ClientGone, Gateway, Lease
 from app.gateway_prom import build_gateway_registry
 from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage
@@ -44,22 +43,6 @@ def _error_event(path: str, message: str) -> bytes:
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
     data = {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_failed"}}
     return b"data: " + json.dumps(data).encode() + b"\n\n"
-
-
-async def _read_capped(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
-    chunks, received = [], 0
-    try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise bad_request("the client hung up while sending the body") from None
-    return b"".join(chunks)
 
 
 async def _unless_hung_up(work: Awaitable, is_disconnected: Callable[[], Awaitable[bool]]):
@@ -221,7 +204,7 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
 
     @v1.post("/{path:path}")
     async def forward(path: str, request: Request):
-        raw = await _read_capped(request, current().max_body_bytes)
+        raw = await read_body(request, current().max_body_bytes)
         inbound = inspect(raw, request.headers.get("x-agent-name"))
         try:
             return await forwarder.forward(request, f"/v1/{path}", inbound)
