@@ -111,13 +111,18 @@ class SwarmService:
         with self._lock:
             thread, engine = self._thread, self._engine
             self._thread = self._engine = None
-            if thread is not None:
-                self._scheduler = thread.config
-                self.settings = self.settings.with_scheduler(thread.config)
         if thread is not None:
             thread.stop()
+            self._keep(thread.config)
         if engine is not None:
             engine.close()
+
+    def _keep(self, config: SchedulerConfig) -> None:
+        self._scheduler = config
+        try:
+            self.settings = self.settings.with_scheduler(config)
+        except ValueError as exc:  # the scheduler allows knobs beyond the settings' bounds; the stop must finish
+            log.warning("the next start keeps the settings' scheduler knobs, not the live ones: %s", exc)
 
     def reload(self, **changes: Any) -> None:
         """Stops the engine (failing what is in flight), applies setting changes, starts again."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.settings import Settings
 from tests.test_server_common import modeled_service
 
 
@@ -45,3 +46,12 @@ def test_unload_then_load_keeps_the_live_knobs(monkeypatch, tmp_path):
         assert (service.engine_thread.config.prefix_cache, service.engine_thread.config.policy) == (False, "shrinking")
     finally:
         service.stop()
+
+
+def test_a_live_knob_beyond_the_settings_bounds_does_not_stop_the_stop(monkeypatch, tmp_path):
+    monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    service = modeled_service()
+    service.start()
+    service.engine_thread.reconfigure(prefill_chunk=1 << 20)
+    service.stop()
+    assert not service.loaded and service.settings.prefill_chunk == Settings.model_fields["prefill_chunk"].default
