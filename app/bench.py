@@ -10,16 +10,22 @@ from dataclasses import dataclass
 
 from app import bench_critical_path
 from app.engines import add_engine_arguments, engine_for
+from app.settings_flags import add_settings_arguments
 from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
-from runtime.config import POLICY_NAMES, SchedulerConfig
-from runtime.policy_registry import BATCHING_POLICY_NAMES
+from runtime.config import SchedulerConfig
+from runtime.policy_registry import BATCHING_POLICY_NAMES, POLICY_NAMES
 from runtime.engine import Sample, StepPlan, StepResult
 from runtime.fit import StepLine, fit_step_line, predicted_tok_s
 from runtime.modeled_engine import ModeledEngine
 from runtime.request import Request, SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
+
+
+# Where bench departs from the settings: the modeled card in virtual time reproduces the article's
+# table in moments, and the lanes follow the swarm's size unless --max-batch is given.
+BENCH_DEFAULTS = {"engine": "modeled", "max_batch": None}
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -57,14 +63,13 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run the closed-loop swarm in-process under each policy",
                        description=__doc__)
-    add_engine_arguments(p)
+    add_engine_arguments(p, layered=False, defaults=BENCH_DEFAULTS)
     add_workload_arguments(p)
-    p.add_argument("--policy", choices=(*POLICY_NAMES, "all"), default="all")
+    p.add_argument("--policy", choices=(*POLICY_NAMES, "all"), default="all",
+                   help="one policy, or all the batching policies in turn (default all)")
     p.add_argument("--requests-per-agent", type=int, default=8)
-    p.add_argument("--max-batch", type=int, default=None, help="lanes (default: as many as agents, up to 256)")
-    p.add_argument("--prefill-chunk", type=int, default=512, help="prompt tokens per step beside the decodes")
-    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
-                   help="recompute every prompt: keep no finished KV and share no prefix")
+    add_settings_arguments(p, ("max_batch", "prefill_chunk", "prefix_cache"), layered=False, defaults=BENCH_DEFAULTS,
+                           notes={"max_batch": "none given: as many as agents, up to 256"})
     p.add_argument("--realtime", action="store_true", help="run the modeled engine in real time, not virtual")
     p.add_argument("--fit", action="store_true",
                    help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")

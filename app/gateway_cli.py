@@ -13,44 +13,37 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from app.backends import parse_backend
 from app.http_server import PortInUse
 from app.settings import Settings
+from app.settings_flags import add_settings_arguments, given
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+# The Settings fields the gateway reads, and the flags it has always spelled its own way.
+GATEWAY_FIELDS = ("backends", "host", "port", "api_key", "gateway_policy", "gateway_routing", "max_waiting",
+                  "insecure_public_without_api_key")
+GATEWAY_SPELLINGS = {"gateway_policy": "--policy", "gateway_routing": "--routing"}
+GATEWAY_NOTES = {"backends": "kind: vllm, llama-server, swarm-panel, or told by its /metrics"}
+# Opens the fleet window: (settings, screenshot, quit_after) -> exit status. The desktop front end
+# lends it (ui.cli); app never imports ui.
+FleetWindow = Callable[[Settings, Path | None, float | None], int]
+
+
+def register(sub: argparse._SubParsersAction, fleet_window: FleetWindow | None = None) -> None:
     p = sub.add_parser("gateway", help="one OpenAI-compatible endpoint in front of several engines",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", dest="backends", action="append", type=parse_backend, default=None,
-                   metavar="[KIND=]URL", help="a backend, e.g. vllm=http://gpu-box:8000 or http://127.0.0.1:8081 "
-                   "(kind: vllm, llama-server, swarm-panel; default: told by its /metrics); repeatable")
-    p.add_argument("--host", default=argparse.SUPPRESS, help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=argparse.SUPPRESS, help="TCP port (default 8000; 0 = any free)")
-    p.add_argument("--api-key", dest="api_key", default=argparse.SUPPRESS, help="bearer token clients must send")
-    p.add_argument("--policy", dest="gateway_policy", choices=("continuous", "fair"), default=argparse.SUPPRESS,
-                   help="admission order: continuous (first come first served) or fair (fewest open requests first)")
-    p.add_argument("--routing", dest="gateway_routing", choices=("affinity", "round-robin"),
-                   default=argparse.SUPPRESS, help="affinity (default): an agent stays where its prefix is cached")
-    p.add_argument("--max-waiting", dest="max_waiting", type=int, default=argparse.SUPPRESS,
-                   help="requests queued in the gateway beyond which clients get 503")
-    p.add_argument("--insecure-public-without-api-key", dest="insecure_public_without_api_key",
-                   action="store_true", default=argparse.SUPPRESS, help="allow a non-loopback --host without a key")
+    add_settings_arguments(p, GATEWAY_FIELDS, spellings=GATEWAY_SPELLINGS, notes=GATEWAY_NOTES)
     p.add_argument("--panel", action="store_true", help="also open the fleet window")
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
                    help="with --panel: grab the window to this PNG before quitting (needs --quit-after)")
     p.add_argument("--quit-after", type=float, default=None, metavar="S", help="stop after S seconds")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, fleet_window=fleet_window)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    fields = ("host", "port", "api_key", "gateway_policy", "gateway_routing", "max_waiting",
-              "insecure_public_without_api_key")
-    overrides = {f: getattr(args, f) for f in fields if hasattr(args, f)}
-    if args.backends:
-        overrides["backends"] = args.backends
-    settings = Settings(**overrides)
+    settings = Settings(**given(args, GATEWAY_FIELDS))
     if not settings.backends:
         raise ValueError("no backends: pass --backend URL (repeatable) or set [[backends]] in config.toml")
     return settings
@@ -59,12 +52,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     if args.screenshot is not None and (args.quit_after is None or not args.panel):
         raise ValueError("--screenshot needs --panel and --quit-after S (when to take it)")
+    if args.panel and args.fleet_window is None:
+        raise ValueError("--panel needs the desktop panel: run it as `swarm-panel gateway --panel`")
     settings = settings_from_args(args)
     try:
         if args.panel:
-            from ui.fleet_window import run_fleet_window
-
-            return run_fleet_window(settings, screenshot=args.screenshot, quit_after=args.quit_after)
+            return args.fleet_window(settings, args.screenshot, args.quit_after)
         return asyncio.run(serve_gateway(settings, quit_after=args.quit_after))
     except PortInUse as exc:
         print(f"swarm-panel: error: {exc}", file=sys.stderr)

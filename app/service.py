@@ -15,6 +15,7 @@ from typing import Any
 from app.agent_activity import AgentActivity
 from app.engines import engine_for
 from app.settings import Settings
+from runtime.config import SchedulerConfig
 from runtime.engine import Engine
 from runtime.engine_thread import EngineThread
 from runtime.metrics import MetricsAggregator
@@ -65,6 +66,8 @@ class SwarmService:
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._thread: EngineThread | None = None
+        # The last scheduler config run: its agent maps outlive an unload, as the Settings knobs do.
+        self._scheduler: SchedulerConfig | None = None
         self.load_error: str | None = None
 
     @property
@@ -100,25 +103,30 @@ class SwarmService:
             self.load_error = None
             self._engine = engine
             self.metrics.reset()
-            self._thread = EngineThread(engine, s.scheduler_config(), self.metrics)
+            self._thread = EngineThread(engine, s.scheduler_config(self._scheduler), self.metrics)
             self._thread.start()
 
     def stop(self) -> None:
+        """Stops the engine; the knobs changed live stay in the settings for the next start."""
         with self._lock:
             thread, engine = self._thread, self._engine
             self._thread = self._engine = None
         if thread is not None:
             thread.stop()
+            self._keep(thread.config)
         if engine is not None:
             engine.close()
 
+    def _keep(self, config: SchedulerConfig) -> None:
+        self._scheduler = config
+        try:
+            self.settings = self.settings.with_scheduler(config)
+        except ValueError as exc:  # the scheduler allows knobs beyond the settings' bounds; the stop must finish
+            log.warning("the next start keeps the settings' scheduler knobs, not the live ones: %s", exc)
+
     def reload(self, **changes: Any) -> None:
         """Stops the engine (failing what is in flight), applies setting changes, starts again."""
-        scheduler = self._thread.config if self._thread is not None else None
         self.stop()
-        if scheduler is not None:
-            changes = {"policy": scheduler.policy, "max_batch": scheduler.max_batch,
-                       "prefill_chunk": scheduler.prefill_chunk, "kv_budget": scheduler.kv_budget} | changes
         self.settings = Settings(**(self.settings.model_dump() | changes))
         self.start()
 

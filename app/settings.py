@@ -6,16 +6,18 @@ config file in the user's config folder, the defaults here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from app.backends import BackendConfig
-from runtime.config import MAX_LANES, POLICY_NAMES, SchedulerConfig
+from runtime.config import MAX_LANES, SchedulerConfig
+from runtime.policy_registry import POLICY_NAMES
 from runtime.profiles import PROFILES
 
 APP_NAME = "swarm-panel"
@@ -37,13 +39,14 @@ class Settings(BaseSettings):
     )
     cors_origins: list[str] = Field(default_factory=list, description="Origins allowed by CORS; none by default")
 
-    engine: Literal["modeled", "llama"] = Field(
-        "llama", description="llama: llama.cpp on a GGUF (the demo model if none is given); modeled: the cost model"
+    engine: Literal["llama", "modeled"] = Field(
+        "llama", description="llama: llama.cpp on a GGUF (the bundled model if none is given); modeled: the cost model"
     )
     model: Path | None = Field(
         None, description="GGUF file for the llama engine; none means the bundled SmolLM2-135M-Instruct, "
         "'demo' the random-weight demo model")
-    profile: str = Field(next(iter(PROFILES)), description="Card and model the modeled engine imitates")
+    profile: Literal[tuple(PROFILES)] = Field(
+        next(iter(PROFILES)), description="Card and model the modeled engine imitates")
 
     policy: Literal[POLICY_NAMES] = Field("continuous", description="Scheduling policy")
     max_batch: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
@@ -76,18 +79,12 @@ class Settings(BaseSettings):
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
 
     backends: list[BackendConfig] = Field(
-        default_factory=list, description="Remote engines the gateway fronts ([[backends]] url, kind, api_key, weight)")
+        default_factory=list, description="Remote engines the gateway fronts: [KIND=]URL [key=K] [weight=W] [slots=N] "
+        "[name=L], e.g. vllm=http://gpu-box:8000 ([[backends]] tables of url, kind, api_key, weight in config.toml)")
     gateway_policy: Literal["continuous", "fair"] = Field(
         "continuous", description="Gateway admission: first come first served, or fair share between agents")
     gateway_routing: Literal["affinity", "round-robin"] = Field(
         "affinity", description="Gateway routing: keep an agent and its system prompt on one backend, or rotate")
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        if value not in PROFILES:
-            raise ValueError(f"unknown profile {value!r}; choose one of {', '.join(PROFILES)}")
-        return value
 
     @classmethod
     def settings_customise_sources(
@@ -100,16 +97,26 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
 
-    def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(
-            policy=self.policy,
-            max_batch=self.max_batch,
-            prefill_chunk=self.prefill_chunk,
-            kv_budget=self.kv_budget,
-            admission_wait_s=self.admission_wait_s,
-            prefix_cache=self.prefix_cache,
-        )
+    def scheduler_config(self, running: SchedulerConfig | None = None) -> SchedulerConfig:
+        """The scheduler these settings ask for; `running` lends what Settings does not hold (agent maps)."""
+        return dataclasses.replace(running or SchedulerConfig(), **{f: getattr(self, f) for f in SCHEDULER_FIELDS})
+
+    def with_scheduler(self, config: SchedulerConfig) -> Settings:
+        """These settings with the knobs a running scheduler holds now (changed live by the panel or the API)."""
+        return Settings(**(self.model_dump() | scheduler_values(config)))
 
     @property
     def is_loopback(self) -> bool:
         return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+
+
+# The fields only the gateway reads (`swarm-panel gateway`, the panel's fleet mode).
+GATEWAY_ONLY_FIELDS = ("backends", "gateway_policy", "gateway_routing")
+# The scheduler knobs Settings holds: the one list every conversion between the two goes through.
+SCHEDULER_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(SchedulerConfig) if f.name in Settings.model_fields)
+
+
+def scheduler_values(config: SchedulerConfig) -> dict[str, object]:
+    """The Settings fields a scheduler config holds, by name (to remember, export or reload them)."""
+    return {f: getattr(config, f) for f in SCHEDULER_FIELDS}

@@ -2,7 +2,7 @@
 
 import sys
 
-from app.cli import main
+from ui.cli import main
 from runtime import extra_buffers_probe
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def test_scripted_capture_writes_the_png_and_exits_cleanly(tmp_path):
     shot = tmp_path / "shot.png"
     env = os.environ | {"QT_QPA_PLATFORM": "offscreen", "SWARM_PANEL_CONFIG_FILE": str(tmp_path / "absent.toml")}
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "gui", "--engine", "modeled", "--swarm", "8", "--port", "0",
+        [sys.executable, "-m", "ui.cli", "gui", "--engine", "modeled", "--swarm", "8", "--port", "0",
          "--policy", "naive", "--switch", "continuous@2.5", "--screenshot", str(shot), "--quit-after", "4",
          "--settings-file", str(tmp_path / "panel.ini")],
         capture_output=True, text=True, timeout=120, env=env,

@@ -76,7 +76,7 @@ def test_timeline_image_hatches_padding_and_separates_lanes():
 
 
 def test_cli_registers_gui_without_importing_qt():
-    code = ("import sys, app.cli; p = app.cli.build_parser(); a = p.parse_args(['gui', '--engine', 'modeled', "
+    code = ("import sys, ui.cli; p = ui.cli.build_parser(); a = p.parse_args(['gui', '--engine', 'modeled', "
             "'--swarm', '8', '--quit-after', '2']); assert a.swarm == 8 and a.quit_after == 2.0; "
             "assert not [m for m in sys.modules if m.startswith('PySide6') or m.startswith('pyqtgraph')], 'Qt'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -13,9 +13,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# First start: the bundled real model, so a connected agent gets real sentences on any machine; the
-# modeled card (the article's figures) is one click away in the engine box.
-DEFAULT_ENGINE = "llama"
 FIRST_LAUNCH_AGENTS = 8
 
 
@@ -73,18 +70,22 @@ def run_gui(engine: str | None = None, model: Path | str | None = None, port: in
 
 def _settings(store, engine, model, port, policy, backends=None):
     from app.backends import parse_backend_lines
-    from app.settings import Settings
+    from app.settings import SCHEDULER_FIELDS, Settings
 
     overrides: dict = {}
     remembered = store.get("scheduler", {}) or {}
-    for key in ("policy", "max_batch", "prefill_chunk", "kv_budget"):
+    for key in SCHEDULER_FIELDS:
         if key in remembered:
             overrides[key] = remembered[key]
-    overrides["engine"] = engine or store.get("engine") or DEFAULT_ENGINE
+    # None on a first start: the settings' engine (by default the bundled real model, so a connected
+    # agent gets real sentences), unless a variable or the config file names another.
+    chosen = engine or store.get("engine")
+    if chosen:
+        overrides["engine"] = chosen
     if model is not None:
         overrides["model"] = Path(model)
         overrides["engine"] = engine or "llama"
-    elif overrides["engine"] == "llama" and store.get("model_path"):
+    elif chosen == "llama" and store.get("model_path"):
         overrides["model"] = Path(store.get("model_path"))
     if store.get("kv_unified") is not None:
         overrides["kv_unified"] = bool(store.get("kv_unified"))

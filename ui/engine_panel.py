@@ -9,17 +9,23 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from app.engines import BUNDLED_ALIAS, DEMO_ALIAS
+from app.settings_fields import choices, field_spec
 from ui import theme
 from ui.backends_editor import BackendsEditor
 
-CHOICES = (("bundled", "llama.cpp: SmolLM2-135M-Instruct (bundled, real text)"),
-           ("modeled", "Modeled card (RX 9070 XT cost model)"), ("demo", "llama.cpp: demo model (random weights)"),
-           ("gguf", "llama.cpp: a GGUF file…"), ("fleet", "Fleet: remote backends (vLLM, llama-server, swarm-panel)"))
-EXTRA_BUFFERS = (
-    ("auto", "extra buffers: probe once"),
-    ("off", "extra buffers: off (--no-repack)"),
-    ("on", "extra buffers: on (AMX, repack)"),
-)
+# The box's items for each engine the settings accept (llama.cpp by the model it loads), then the fleet.
+ENGINE_ITEMS = {
+    "llama": (("bundled", "llama.cpp: SmolLM2-135M-Instruct (bundled, real text)"),
+              ("demo", "llama.cpp: demo model (random weights)"), ("gguf", "llama.cpp: a GGUF file…")),
+    "modeled": (("modeled", "Modeled card (RX 9070 XT cost model)"),),
+}
+CHOICES = (*(item for engine in choices("engine") for item in ENGINE_ITEMS[engine]),
+           ("fleet", "Fleet: remote backends (vLLM, llama-server, swarm-panel)"))
+EXTRA_BUFFER_LABELS = {"auto": "extra buffers: probe once", "off": "extra buffers: off (--no-repack)",
+                       "on": "extra buffers: on (AMX, repack)"}
+# The box offers what the setting accepts, in its order; a new choice there needs a label here (KeyError).
+EXTRA_BUFFERS = tuple((key, EXTRA_BUFFER_LABELS[key]) for key in choices("extra_buffers"))
+THREADS = field_spec("threads")
 EXTRA_BUFFERS_TIP = ("llama.cpp's extra buffer types (AMX, repacked CPU weights) are faster where they work, but crash "
                      "the process or compute wrong batched logits on some CPUs. 'Probe' tries them once in a child "
                      "process and remembers the verdict for this llama.cpp build, CPU and model.")
@@ -114,7 +120,7 @@ class EnginePanel(QtWidgets.QGroupBox):
             combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(16)
         self.threads = QtWidgets.QSpinBox()
-        self.threads.setRange(0, 1024)
+        self.threads.setRange(0, int(THREADS.le))  # 0 shows "auto": the setting's none
         self.threads.setSpecialValueText("auto")
         self.threads.setPrefix("threads: ")
         self.threads.setToolTip(THREADS_TIP)

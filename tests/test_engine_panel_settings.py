@@ -1,0 +1,21 @@
+"""The engine box offers what Settings accepts, and what it asks for is valid Settings."""
+
+from __future__ import annotations
+
+from app.settings import Settings
+from app.settings_fields import choices, field_spec
+
+
+def test_the_engine_box_is_built_from_the_settings(qtbot):
+    from ui.engine_panel import CHOICES, EnginePanel, engine_changes
+
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    offered = [panel.extra_buffers.itemData(i) for i in range(panel.extra_buffers.count())]
+    assert tuple(offered) == choices("extra_buffers")
+    assert panel.threads.maximum() == field_spec("threads").le and panel.threads.minimum() == 0
+    engines = {engine_changes(key, "/m.gguf")["engine"] for key, _ in CHOICES if key != "fleet"}
+    assert engines == set(choices("engine"))
+    for key, _ in CHOICES:
+        if key != "fleet":
+            Settings(**engine_changes(key, "/m.gguf", extra_buffers=offered[-1], threads=panel.threads.maximum()))
