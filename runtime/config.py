@@ -17,7 +17,7 @@ class SchedulerConfig:
     policy: str = "continuous"
     max_batch: int = 8
     # Prompt tokens one step may carry beside its decode rows.
-    prefill_chunk: int = 512
+    prefill_chunk: int = 256
     # KV tokens the scheduler may hand out; None means all the engine has.
     kv_budget: int | None = None
     # A static batch starts with fewer than max_batch requests once the oldest has waited this long.

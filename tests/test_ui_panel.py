@@ -216,6 +216,7 @@ def test_settings_persist_between_runs(window, tmp_path):
     window.launcher.agents.setValue(12)
     window.launcher.spread.setValue(15)
     window.ab.seconds.setValue(45)
+    window.apply_scheduler(prefix_cache=False)
     window.close()
     store = SettingsStore(tmp_path / "panel.ini")
     assert store.get("scheduler")["policy"] == "continuous"
@@ -224,6 +225,8 @@ def test_settings_persist_between_runs(window, tmp_path):
     assert store.get("ab_seconds") == 45
     settings = _settings(store, None, None, 0, None)
     assert (settings.policy, settings.max_batch, settings.engine) == ("continuous", 16, "modeled")
+    # Every scheduler knob is remembered, the prefix-cache switch included.
+    assert store.get("scheduler")["prefix_cache"] is False and settings.prefix_cache is False
     assert _settings(store, None, None, 0, "naive").policy == "naive"  # a flag wins
 
 

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from PySide6 import QtCore, QtWidgets
 
-from runtime.config import MAX_LANES, POLICY_NAMES, SchedulerConfig
+from app.settings_fields import field_spec
+from runtime.config import POLICY_NAMES, SchedulerConfig
 from runtime.policy_registry import POLICIES
 from ui import theme
 
@@ -63,10 +64,10 @@ class SchedulerControls(QtWidgets.QGroupBox):
         self.switch = PolicySwitch()
         self.switch.requested.connect(lambda policy: self._request(policy=policy))
         self.buttons = self.switch.buttons
-        self.max_batch = self._spin(1, MAX_LANES, "Most sequences in one step (lanes)")
-        self.prefill_chunk = self._spin(1, 65536, "Prompt tokens one step may carry beside its decodes", step=64)
-        self.kv_budget = self._spin(0, 10_000_000, "KV tokens the scheduler may hand out (0 = all the engine has)",
-                                    step=1024)
+        self.max_batch = self._spin("max_batch")
+        self.prefill_chunk = self._spin("prefill_chunk", step=64)
+        # 0 stands for "none" (all the engine has): a spin box has no empty value.
+        self.kv_budget = self._spin("kv_budget", lo=0, hi=10_000_000, step=1024)
         self.kv_budget.setSpecialValueText("all")
         self.max_batch.valueChanged.connect(lambda v: self._request(max_batch=int(v)))
         self.prefill_chunk.valueChanged.connect(lambda v: self._request(prefill_chunk=int(v)))
@@ -84,9 +85,12 @@ class SchedulerControls(QtWidgets.QGroupBox):
         layout.addWidget(self.message)
         self._shown: SchedulerConfig | None = None
 
-    def _spin(self, lo: int, hi: int, tip: str, step: int = 1) -> QtWidgets.QSpinBox:
+    @staticmethod
+    def _spin(field: str, lo: int | None = None, hi: int | None = None, step: int = 1) -> QtWidgets.QSpinBox:
+        spec = field_spec(field)
         spin = QtWidgets.QSpinBox()
-        spin.setRange(lo, hi)
+        spin.setRange(int(spec.ge if lo is None else lo), int(spec.le if hi is None else hi))
+        tip = spec.help
         spin.setSingleStep(step)
         spin.setKeyboardTracking(False)
         spin.setToolTip(tip)

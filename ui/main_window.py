@@ -10,6 +10,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.backends import format_backend
 from app.service import SwarmService
+from app.settings import scheduler_values
 from runtime.config import SchedulerConfig
 from runtime.fit import StepLine
 from ui import theme
@@ -405,9 +406,7 @@ class MainWindow(QtWidgets.QMainWindow):
         extra = {"scheduler": None, "engine": self.service.describe(), "ab_results": self.ab.chart.results,
                  "endpoint": self.url}
         if self.service.loaded:
-            c = self.service.engine_thread.config
-            extra["scheduler"] = {"policy": c.policy, "max_batch": c.max_batch, "prefill_chunk": c.prefill_chunk,
-                                  "kv_budget": c.kv_budget}
+            extra["scheduler"] = scheduler_values(self.service.engine_thread.config)
         export_figures(path, snapshot, self.feed, extra)
 
     def export_plots(self, path: str) -> None:
@@ -463,9 +462,7 @@ class MainWindow(QtWidgets.QMainWindow):
         # Empty means the bundled model; "demo" the random-weight one.
         self.store.set("model_path", str(settings.model) if settings.model else "")
         if self.service.loaded:
-            c = self.service.engine_thread.config
-            self.store.set("scheduler", {"policy": c.policy, "max_batch": c.max_batch,
-                                         "prefill_chunk": c.prefill_chunk, "kv_budget": c.kv_budget})
+            self.store.set("scheduler", scheduler_values(self.service.engine_thread.config))
         self.store.set("fleet", self.fleet.active)
         try:
             backends = self.engine_panel.backends.backends()
