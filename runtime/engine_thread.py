@@ -81,10 +81,9 @@ class EngineThread:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._sinks: tuple[OutputSink, ...] = ()
-        # Requests posted but not yet counted in a published snapshot's `waiting`.
+        # Requests posted but not yet in the scheduler's queue; changed only under the lock, together
+        # with the move into the queue, so num_waiting never counts a request twice or not at all.
         self._pending_adds = 0
-        # Adds the engine thread has moved into the scheduler since the last snapshot (its own count).
-        self._adds_drained = 0
         self._snapshot = self._take_snapshot()
         self.error_count = 0
 
@@ -114,9 +113,11 @@ class EngineThread:
 
     @property
     def num_waiting(self) -> int:
-        """Requests queued for a lane, those still in the inbox included (the 503 check reads this)."""
+        """Requests queued for a lane, those still in the inbox included (the 503 check reads this).
+
+        Live, not from the last snapshot: admission at the start of a step must show at once."""
         with self._lock:
-            return self._snapshot.waiting + self._pending_adds
+            return len(self.scheduler.waiting) + self._pending_adds
 
     @property
     def num_running(self) -> int:
@@ -172,7 +173,6 @@ class EngineThread:
         self._wake.set()
 
     def _drain_inbox(self) -> None:
-        """Applies what other threads posted; the adds stay pending until the next snapshot counts them."""
         with self._lock:
             inbox, self._inbox = self._inbox, []
             self._wake.clear()
@@ -180,8 +180,7 @@ class EngineThread:
         for kind, item, posted in inbox:
             try:
                 if kind == "add":
-                    self._adds_drained += 1
-                    self.scheduler.add(item, posted)
+                    self._enqueue(item, posted)
                 elif kind == "abort":
                     self.scheduler.abort(item, now)
                 else:
@@ -192,6 +191,12 @@ class EngineThread:
                 else:
                     log.warning("ignored %s: %s", kind, exc)
         self.loop.deliver()
+
+    def _enqueue(self, request: Request, posted: float) -> None:
+        """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""
+        with self._lock:
+            self._pending_adds -= 1
+            self.scheduler.add(request, posted)
 
     def _run(self) -> None:
         while not self._stopping:
@@ -240,12 +245,8 @@ class EngineThread:
         self._publish()
 
     def _publish(self) -> None:
-        """One snapshot per step; the adds it now counts as waiting leave the pending count with it."""
-        snapshot = self._take_snapshot()
-        drained, self._adds_drained = self._adds_drained, 0
-        with self._lock:
-            self._snapshot = snapshot
-            self._pending_adds -= drained
+        """One snapshot per step, replaced whole: readers on other threads take it without a lock."""
+        self._snapshot = self._take_snapshot()
 
     def _take_snapshot(self) -> EngineSnapshot:
         views = []
