@@ -21,7 +21,6 @@ from runtime.engine_loop import EngineLoop
 from runtime.metrics import MetricsAggregator
 from runtime.request import Request, RequestOutput
 from runtime.scheduler import Scheduler
-from runtime.stats import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +62,18 @@ class EngineThread:
         engine: Engine,
         config: SchedulerConfig,
         metrics: MetricsAggregator | None = None,
-        on_stats: Callable[[StepStats], None] | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics or MetricsAggregator()
         self.clock = RealClock()
         self.scheduler = Scheduler.for_engine(config, engine)
-        self._on_stats = on_stats
         self.metrics.clock = self.clock.now
-        self.loop = EngineLoop(self.scheduler, engine, self.clock, on_stats=self._observe, on_outputs=self._fan_out)
+        self.loop = EngineLoop(self.scheduler, engine, self.clock, on_stats=self.metrics.observe,
+                               on_outputs=self._fan_out)
         self._requested_config = config
         # (kind, item, clock time it was posted)
         self._inbox: list[tuple[str, object, float]] = []
-        # Guards the inbox, the pending count, the snapshot and the sinks; never held across a step.
+        # Guards the inbox, the pending count and the sinks; never held across a step.
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -221,11 +219,6 @@ class EngineThread:
         if wake is None:
             return IDLE_POLL_S
         return min(max(wake - self.clock.now(), 0.0), IDLE_POLL_S)
-
-    def _observe(self, stats: StepStats) -> None:
-        self.metrics.observe(stats)
-        if self._on_stats is not None:
-            self._on_stats(stats)
 
     def _fan_out(self, outputs: Sequence[tuple[Request, RequestOutput]]) -> None:
         for sink in self._sinks:
