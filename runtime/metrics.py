@@ -7,6 +7,7 @@ the engine thread up for longer than a copy.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 
 from runtime.fit import StepLine, fit_step_line
 from runtime.stats import StepStats
+
+log = logging.getLogger(__name__)
 
 LATENCY_SAMPLES = 4096
 AGENT_LATENCY_SAMPLES = 512
@@ -189,7 +192,10 @@ class MetricsAggregator:
                 self._agent_requests[agent] += 1
             listeners = self._listeners
         for listener in listeners:
-            listener(stats)
+            try:
+                listener(stats)
+            except Exception:  # a broken listener must not fail the step, and with it every request
+                log.exception("a metrics listener failed")
 
     def recent_steps(self, n: int | None = None) -> list[StepStats]:
         with self._lock:
