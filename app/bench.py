@@ -270,7 +270,7 @@ class _InstantEngine:
     max_cached_sequences = 0
 
     def step(self, plan: StepPlan) -> StepResult:
-        return StepResult({r.request.request_id: Sample(1, "x") for r in plan.rows if r.sample}, 0.0)
+        return StepResult({r.request.request_id: Sample(1) for r in plan.rows if r.sample}, 0.0)
 
 
 def run_overhead(args: argparse.Namespace) -> int:

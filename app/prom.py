@@ -1,25 +1,26 @@
 """GET /metrics: Prometheus text under vLLM's names (with `swarm_panel:` for `vllm:`) plus the scheduler's own.
 
-Nothing here runs per step. Gauges are read from the service when Prometheus scrapes; counters and
-latency histograms are fed per request by the HTTP layer (on the engine thread, one list increment
-per token), and exported by the same custom collector. Every app gets its own CollectorRegistry,
-so two servers in one process never share figures.
+Nothing here runs per token. Gauges are read from the service when Prometheus scrapes. The latency
+histograms are the engine's own figures: the step records the panel's percentiles come from, on the
+engine thread's clock, queued one reference per step and folded into prometheus_client histograms
+at scrape time. Finished-request counters are fed on the event loop as HTTP requests end. Every app
+gets its own CollectorRegistry, so two servers in one process never share figures.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from runtime.agent_service import AgentTotals
 from runtime.config import POLICY_NAMES
+from runtime.stats import StepStats
 
 if TYPE_CHECKING:
     from app.service import SwarmService
@@ -29,6 +30,8 @@ PREFIX = "swarm_panel:"
 TOP_AGENTS = 16
 OTHER_AGENTS = "other"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Step records waiting for a scrape beyond this are folded on the engine thread, so memory stays bounded.
+FOLD_AFTER_STEPS = 1024
 
 # vLLM's buckets.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -39,63 +42,66 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                480.0, 960.0, 1920.0, 7680.0)
 
 
-class Histogram:
-    """A fixed-bucket histogram with one writer (the engine thread) and lock-free reads at scrape time."""
-
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.bounds = tuple(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def family(self, name: str, documentation: str, labels: dict[str, str]) -> HistogramMetricFamily:
-        counts, total = list(self.counts), self.sum
-        cumulative, running = [], 0
-        for bound, count in zip((*map(_bound_text, self.bounds), "+Inf"), counts, strict=True):
-            running += count
-            cumulative.append((bound, running))
-        family = HistogramMetricFamily(name, documentation, labels=list(labels))
-        family.add_metric(list(labels.values()), cumulative, total)
-        return family
-
-
-def _bound_text(bound: float) -> str:
-    return repr(float(bound))
-
-
 class ServerMetrics:
-    """Per-request figures the HTTP layer observes; see app.streaming.RequestObserver."""
+    """The latency histograms (fed by `observe_step`) and the HTTP layer's request counters."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
-        self.e2e = Histogram(E2E_BUCKETS)
+        # Not registered anywhere: the collector adds the model_name label when it exports them.
+        self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "Time to first token",
+                              buckets=TTFT_BUCKETS, registry=None)
+        self.itl = Histogram(PREFIX + "inter_token_latency_seconds", "Time between output tokens",
+                             buckets=ITL_BUCKETS, registry=None)
+        self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "Request latency, submit to last token",
+                             buckets=E2E_BUCKETS, registry=None)
+        self._steps: deque[StepStats] = deque()
+        self._fold_lock = threading.Lock()
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished_by_reason: Counter[str] = Counter()
         self.rejected = 0
 
-    def first_token(self, seconds: float) -> None:
-        self.ttft.observe(seconds)
+    def observe_step(self, stats: StepStats) -> None:
+        """A step record (engine thread, via MetricsAggregator.subscribe): one append, folded later."""
+        if not (stats.ttft or stats.itl or stats.e2e):
+            return
+        self._steps.append(stats)
+        if len(self._steps) > FOLD_AFTER_STEPS and self._fold_lock.acquire(blocking=False):
+            try:
+                self._fold()
+            finally:
+                self._fold_lock.release()
 
-    def token_gap(self, seconds: float) -> None:
-        self.itl.observe(seconds)
+    def latency_families(self, labels: dict[str, str]) -> Iterable[Metric]:
+        with self._fold_lock:
+            self._fold()
+        for histogram in (self.ttft, self.itl, self.e2e):
+            yield from _labelled(histogram, labels)
 
-    def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None, seconds: float) -> None:
+    def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None) -> None:
         with self._lock:
             self.prompt_tokens += prompt_tokens
             self.generation_tokens += completion_tokens
             self.finished_by_reason[reason or "unknown"] += 1
-        if reason in ("stop", "length"):
-            self.e2e.observe(seconds)
 
     def reject(self) -> None:
         with self._lock:
             self.rejected += 1
+
+    def _fold(self) -> None:
+        steps = self._steps
+        while steps:
+            stats = steps.popleft()
+            for histogram, samples in ((self.ttft, stats.ttft), (self.itl, stats.itl), (self.e2e, stats.e2e)):
+                for _, seconds in samples:
+                    histogram.observe(seconds)
+
+
+def _labelled(histogram: Histogram, labels: dict[str, str]) -> Iterable[Metric]:
+    for family in histogram.collect():
+        labelled = Metric(family.name, family.documentation, family.type, family.unit)
+        labelled.samples = [sample._replace(labels={**labels, **sample.labels}) for sample in family.samples]
+        yield labelled
 
 
 class SwarmCollector(Collector):
@@ -148,10 +154,7 @@ class SwarmCollector(Collector):
             success.add_metric([*values, reason], count)
         yield success
         yield counter("request_rejected", "Requests refused before queueing (overload or invalid)", server.rejected)
-        yield server.ttft.family(PREFIX + "time_to_first_token_seconds", "Time to first token", labels)
-        yield server.itl.family(PREFIX + "inter_token_latency_seconds", "Time between output tokens", labels)
-        yield server.e2e.family(PREFIX + "e2e_request_latency_seconds", "Request latency, submit to last token",
-                                labels)
+        yield from server.latency_families(labels)
 
         yield gauge("batch_width", "Lanes the last step held (live plus padding)", snap.width_held)
         yield gauge("live_lanes", "Lanes holding a running request at the last step", snap.live_lanes)

@@ -22,6 +22,7 @@ from app.chat_prompt import for_template
 from app.chat_run import ChatRun, Choice
 from app.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from app.errors import APIError, bad_request, overloaded
+from app.output_router import OutputRouter
 from app.prom import ServerMetrics, build_registry
 from app.reasoning import ThinkTags, starts_thinking, think_tags
 from app.reply import ReplyParser
@@ -65,9 +66,12 @@ class ServerCore:
     def __init__(self, service: SwarmService) -> None:
         self.service = service
         self.metrics = ServerMetrics()
+        # The latencies /metrics exports are the engine's own step figures, the ones the panel shows.
+        service.metrics.subscribe(self.metrics.observe_step)
         self.registry = build_registry(service, self.metrics)
         self.created = int(time.time())
         self._facts: _EngineFacts | None = None
+        self._routers: dict[tuple[int, int], OutputRouter] = {}
 
     # -- engine access -------------------------------------------------------------------------
 
@@ -93,6 +97,17 @@ class ServerCore:
                 think=think_tags(engine.chat_template),
             )
         return facts
+
+    def router(self, thread: EngineThread) -> OutputRouter:
+        """The router carrying this engine thread's outputs onto the running loop (one per pair)."""
+        loop = asyncio.get_running_loop()
+        key = (id(thread), id(loop))
+        router = self._routers.get(key)
+        if router is None or router.engine_thread is not thread or router.loop is not loop:
+            for stale in [k for k, r in self._routers.items() if not r.usable]:
+                self._routers.pop(stale).close()
+            router = self._routers[key] = OutputRouter(thread, loop)
+        return router
 
     def model_id(self) -> str:
         try:
@@ -169,7 +184,7 @@ class ServerCore:
             if bad:
                 raise bad_request(f"logit_bias names token {bad[0]}, outside the vocabulary (0..{n_vocab - 1})",
                                   param="logit_bias")
-        limit = min(engine.max_context, thread.scheduler.kv_budget)
+        limit = min(engine.max_context, thread.snapshot().kv_budget)
         room = limit - len(prompt_ids)
         if room < 1:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens; the context holds {limit}",
@@ -186,8 +201,8 @@ class ServerCore:
             )
         except ValueError as exc:
             raise bad_request(str(exc)) from None
-        handle = RequestHandle(EngineRequest(prompt_ids, sampling, agent=agent, priority=priority), thread,
-                               asyncio.get_running_loop(), self.metrics)
+        handle = RequestHandle(EngineRequest(prompt_ids, sampling, agent=agent, priority=priority),
+                               self.router(thread), self.metrics)
         try:
             handle.submit()
         except RequestRejected as exc:

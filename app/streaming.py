@@ -1,9 +1,8 @@
 """From the engine thread to the client: per-request output queues and the SSE streams built on them.
 
-A request's listener runs on the engine thread after every step; it appends the output to the
-request's queue and, if the event loop is not already due to look, wakes it once with
-`call_soon_threadsafe`. So a step that feeds 64 requests costs at most 64 cheap wake-ups, and a
-consumer that falls behind takes several outputs in one go.
+A request's outputs reach its RequestHandle on the event loop through app.output_router, which
+carries every output of an engine step across the thread boundary in one call. The handle queues
+them and sets its event; a consumer that falls behind takes several outputs in one go.
 
 A client that hangs up has its request aborted: the engine frees its lane and KV at the next step.
 """
@@ -13,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api_models import ChatChunkChoice, ChatDelta, CompletionChoice, ResponseFunction, ResponseToolCall
 from app.logprobs import chat_logprobs, completion_logprobs
-from runtime.engine_thread import EngineThread
+from app.output_router import OutputRouter
 from runtime.request import Request, RequestOutput
 
 if TYPE_CHECKING:
@@ -41,41 +39,27 @@ class ClientGone(Exception):
 
 
 class RequestObserver(Protocol):
-    """Per-request timings, called on the engine thread (see app.prom.ServerMetrics)."""
+    """Counts finished requests, called on the event loop (see app.prom.ServerMetrics). Latencies come
+    from the engine's own step records, not from here."""
 
-    def first_token(self, seconds: float) -> None: ...
-
-    def token_gap(self, seconds: float) -> None: ...
-
-    def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None, seconds: float) -> None: ...
+    def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None) -> None: ...
 
 
 class RequestHandle:
-    """One submitted request: its outputs arrive on the engine thread and are read on the event loop."""
+    """One submitted request: its outputs arrive through the router and are read, both on the event loop."""
 
-    def __init__(
-        self,
-        request: Request,
-        engine_thread: EngineThread,
-        loop: asyncio.AbstractEventLoop,
-        observer: RequestObserver | None = None,
-    ) -> None:
+    def __init__(self, request: Request, router: OutputRouter, observer: RequestObserver | None = None) -> None:
         self.request = request
-        self.engine_thread = engine_thread
+        self.engine_thread = router.engine_thread
         self.prompt_tokens = request.num_prompt_tokens
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.finished = False
-        self._loop = loop
+        self._router = router
         self._observer = observer
-        self._lock = threading.Lock()
         self._items: list[RequestOutput] = []
-        self._signalled = False
         self._event = asyncio.Event()
-        self._started = time.perf_counter()
-        self._last_token: float | None = None
-        request.listener = self._on_output
 
     @property
     def request_id(self) -> int:
@@ -83,48 +67,30 @@ class RequestHandle:
 
     def submit(self) -> None:
         """Queues the request; raises RequestRejected or EngineUnavailable."""
-        self._started = time.perf_counter()
-        self.engine_thread.submit(self.request)
+        self._router.add(self)
+        try:
+            self.engine_thread.submit(self.request)
+        except BaseException:
+            self._router.discard(self.request_id)
+            raise
 
     def abort(self) -> None:
         """Ends the request if it still runs; the engine frees its lane and KV at the next step."""
         if not self.finished:
             self.engine_thread.abort(self.request_id)
 
-    # -- engine thread ---------------------------------------------------------------------------
-
-    def _on_output(self, output: RequestOutput) -> None:
-        now = time.perf_counter()
-        n = len(output.token_ids)
-        observer = self._observer
-        if n and observer is not None:
-            if self._last_token is None:
-                observer.first_token(now - self._started)
-            else:
-                observer.token_gap(now - self._last_token)
-        if n:
-            self._last_token = now
-        with self._lock:
-            self.completion_tokens += n
-            if output.finished and observer is not None:
-                observer.finished(self.prompt_tokens, self.completion_tokens, output.finish_reason, now - self._started)
-            self._items.append(output)
-            if self._signalled:
-                return
-            self._signalled = True
-        try:
-            self._loop.call_soon_threadsafe(self._event.set)
-        except RuntimeError:  # the loop has closed: nobody is listening any more
-            pass
-
-    # -- event loop ------------------------------------------------------------------------------
+    def push(self, output: RequestOutput) -> None:
+        """One output of one step, from the router (on the event loop)."""
+        self.completion_tokens += len(output.token_ids)
+        if output.finished and self._observer is not None:
+            self._observer.finished(self.prompt_tokens, self.completion_tokens, output.finish_reason)
+        self._items.append(output)
+        self._event.set()
 
     def _take(self) -> list[RequestOutput]:
-        with self._lock:
-            items, self._items = self._items, []
-            self._signalled = False
+        items, self._items = self._items, []
         if not items:
-            # Safe: a push after the lock was released schedules event.set, which runs after this.
+            # Safe: push runs on this loop too, so nothing arrives between the look and the clear.
             self._event.clear()
         for output in items:
             if output.finished:

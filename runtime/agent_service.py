@@ -77,5 +77,7 @@ class AgentService:
 
     def snapshot(self) -> list[AgentTotals]:
         with self._lock:
-            agents = set(self._prompt) | set(self._output)
-            return [AgentTotals(a, self._prompt[a], self._output[a], self.attained[a]) for a in sorted(agents)]
+            totals = [AgentTotals(a, self._prompt[a], self._output[a], self.attained[a])
+                      for a in set(self._prompt) | set(self._output)]
+        # Sorted outside the lock, which the engine thread takes every step.
+        return sorted(totals, key=lambda t: t.agent)

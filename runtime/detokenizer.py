@@ -13,13 +13,15 @@ class StopStringDetokenizer:
     a stop string is held until the next pieces show whether the stop string completes.
     """
 
-    __slots__ = ("_decoder", "_stops", "_held", "stopped")
+    __slots__ = ("_decoder", "_stops", "_held", "stopped", "stop_string")
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = tuple(s for s in stop if s)
         self._held = ""
         self.stopped = False
+        # The stop string that ended the text (the earliest one to complete), once `stopped`.
+        self.stop_string: str | None = None
 
     @property
     def held_text(self) -> str:
@@ -32,9 +34,13 @@ class StopStringDetokenizer:
         """
         if self.stopped:
             return ""
+        if not self._stops:
+            # Nothing to hold back but the tail of an incomplete character, which the decoder keeps.
+            return self._decoder.decode(piece)
         self._held += self._decoder.decode(piece)
-        stop_at = self._find_stop()
-        if stop_at is not None:
+        found = self._find_stop()
+        if found is not None:
+            stop_at, self.stop_string = found
             self.stopped = True
             text, self._held = self._held[:stop_at], ""
             return text
@@ -51,8 +57,8 @@ class StopStringDetokenizer:
         self._held = ""
         return text
 
-    def _find_stop(self) -> int | None:
-        found = [i for i in (self._held.find(s) for s in self._stops) if i >= 0]
+    def _find_stop(self) -> tuple[int, str] | None:
+        found = [(i, s) for s in self._stops if (i := self._held.find(s)) >= 0]
         return min(found) if found else None
 
     def _longest_stop_prefix_suffix(self) -> int:

@@ -67,11 +67,14 @@ class StepPlan:
 
 @dataclass(slots=True)
 class Sample:
+    """One sampled token. The engine sets `token` and `end`; runtime.output_processor fills in the rest."""
+
     token: int
+    # The token is one of the vocabulary's end-of-generation tokens: it ends the output and adds no text.
+    end: bool = False
     # Text this token adds to the output, after stop-string hold-back; may be "" while held.
-    # An engine flushes held text when the sample is the request's last (max_tokens reached).
-    text: str
-    # Set when the engine decided the sequence ends here (end-of-generation token or stop string).
+    text: str = ""
+    # The output ends here on an end-of-generation token or a completed stop string.
     stop: bool = False
 
 
@@ -127,6 +130,10 @@ class Engine(Protocol):
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
 
     def detokenize(self, tokens: list[int]) -> str: ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one sampled token adds to the output (an end-of-generation token adds none)."""
+        ...
 
     @property
     def chat_template(self) -> str | None: ...

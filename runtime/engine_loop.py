@@ -1,13 +1,19 @@
-"""One step: schedule, run, fold back, tell listeners. Single-threaded; the caller owns the thread."""
+"""One step: schedule, run, turn tokens into text, fold back, tell listeners. Single-threaded; the
+caller owns the thread.
+
+Outputs go out once per step: each request's own listener (in-process callers), then `on_outputs`
+with the whole step's list, which is how they cross to another thread in one message.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from runtime.clock import RealClock, VirtualClock
 from runtime.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResult
-from runtime.request import RequestStatus
+from runtime.output_processor import OutputProcessor
+from runtime.request import Request, RequestOutput, RequestStatus
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
 
@@ -21,11 +27,14 @@ class EngineLoop:
         engine: Engine,
         clock: VirtualClock | RealClock,
         on_stats: Callable[[StepStats], None] | None = None,
+        on_outputs: Callable[[Sequence[tuple[Request, RequestOutput]]], None] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.engine = engine
         self.clock = clock
         self.on_stats = on_stats
+        self.on_outputs = on_outputs
+        self.output = OutputProcessor(engine.piece, engine.max_context)
 
     def step(self) -> StepStats | None:
         """Runs one step; None when there was nothing to compute."""
@@ -39,23 +48,35 @@ class EngineLoop:
             return None
         self.clock.advance(result.duration_s)
         result.duration_s = self.clock.now() - start
+        self.output.process(plan, result)
         # A plan without rows only releases or caches sequences: nothing to fold back or plot but
         # a sequence the engine could not keep.
         stats = self.scheduler.update(plan, result, self.clock.now()) if plan.rows else None
         if not plan.rows:
             self.scheduler.apply_refusals(result)
-        self.deliver()
+        # Figures before outputs: whoever has a request's last token finds its latencies counted.
         if stats is not None and self.on_stats is not None:
             self.on_stats(stats)
+        self.deliver()
         return stats
 
     def deliver(self) -> None:
-        for request, output in self.scheduler.take_outputs():
+        outputs = self.scheduler.take_outputs()
+        if not outputs:
+            return
+        for request, output in outputs:
+            if output.finished:
+                self.output.forget(request.request_id)
             if request.listener is not None:
                 try:
                     request.listener(output)
                 except Exception:
                     log.exception("listener of request %d failed", request.request_id)
+        if self.on_outputs is not None:
+            try:
+                self.on_outputs(outputs)
+            except Exception:
+                log.exception("the step's output sink failed")
 
     def _run(self, plan: StepPlan) -> StepResult | None:
         try:

@@ -1,14 +1,17 @@
 """The engine on its own thread: the only place the scheduler and engine are touched while serving.
 
 Other threads (the asyncio loop, the Qt GUI) talk to it through an inbox that is drained at every
-step boundary, and read what it publishes: metrics, the applied config, and a view of the lanes.
+step boundary, and read what it publishes: metrics, the applied config, and after every step one
+immutable EngineSnapshot (lanes and counters). Outputs leave once per step: each request's listener
+is called on this thread, then every subscribed sink gets the step's whole list in one call, so a
+sink that hands them to another thread wakes it once per step, not once per token.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.clock import RealClock
@@ -16,9 +19,8 @@ from runtime.config import SchedulerConfig
 from runtime.engine import Engine
 from runtime.engine_loop import EngineLoop
 from runtime.metrics import MetricsAggregator
-from runtime.request import Request
+from runtime.request import Request, RequestOutput
 from runtime.scheduler import Scheduler
-from runtime.stats import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -40,29 +42,47 @@ class LaneView:
     output_tokens: int = 0
 
 
+@dataclass(slots=True, frozen=True)
+class EngineSnapshot:
+    """What the scheduler held at the end of a step, published whole: readers never see half a step."""
+
+    step: int
+    lanes: tuple[LaneView, ...]
+    waiting: int
+    running: int
+    kv_budget: int
+
+
+OutputSink = Callable[[Sequence[tuple[Request, RequestOutput]]], None]
+
+
 class EngineThread:
     def __init__(
         self,
         engine: Engine,
         config: SchedulerConfig,
         metrics: MetricsAggregator | None = None,
-        on_stats: Callable[[StepStats], None] | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics or MetricsAggregator()
         self.clock = RealClock()
         self.scheduler = Scheduler.for_engine(config, engine)
-        self._on_stats = on_stats
         self.metrics.clock = self.clock.now
-        self.loop = EngineLoop(self.scheduler, engine, self.clock, on_stats=self._observe)
+        self.loop = EngineLoop(self.scheduler, engine, self.clock, on_stats=self.metrics.observe,
+                               on_outputs=self._fan_out)
         self._requested_config = config
-        self._inbox: list[tuple[str, object]] = []
+        # (kind, item, clock time it was posted)
+        self._inbox: list[tuple[str, object, float]] = []
+        # Guards the inbox, the pending count and the sinks; never held across a step.
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._lanes: tuple[LaneView, ...] = ()
+        self._sinks: tuple[OutputSink, ...] = ()
+        # Requests posted but not yet in the scheduler's queue; changed only under the lock, together
+        # with the move into the queue, so num_waiting never counts a request twice or not at all.
         self._pending_adds = 0
+        self._snapshot = self._take_snapshot()
         self.error_count = 0
 
     # -- called from any thread ----------------------------------------------------------------
@@ -91,14 +111,33 @@ class EngineThread:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.scheduler.waiting) + self._pending_adds
+        """Requests queued for a lane, those still in the inbox included (the 503 check reads this).
+
+        Live, not from the last snapshot: admission at the start of a step must show at once."""
+        with self._lock:
+            return len(self.scheduler.waiting) + self._pending_adds
 
     @property
     def num_running(self) -> int:
-        return self.scheduler.num_running
+        return self._snapshot.running
+
+    def snapshot(self) -> EngineSnapshot:
+        return self._snapshot
 
     def lanes(self) -> tuple[LaneView, ...]:
-        return self._lanes
+        return self._snapshot.lanes
+
+    def subscribe(self, sink: OutputSink) -> Callable[[], None]:
+        """Calls sink(outputs) on the engine thread once per step that produced outputs, with all of
+        them; returns a function that unsubscribes. A sink must be quick: the engine waits for it."""
+        with self._lock:
+            self._sinks = (*self._sinks, sink)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._sinks = tuple(s for s in self._sinks if s is not sink)
+
+        return unsubscribe
 
     def submit(self, request: Request) -> None:
         """Queues a request; raises RequestRejected at once if it could never run."""
@@ -117,7 +156,7 @@ class EngineThread:
             if config.max_batch > self.engine.max_lanes:
                 raise ValueError(f"max_batch {config.max_batch} exceeds the engine's {self.engine.max_lanes} lanes")
             self._requested_config = config
-            self._inbox.append(("config", config))
+            self._inbox.append(("config", config, self.clock.now()))
         self._wake.set()
         return config
 
@@ -125,7 +164,8 @@ class EngineThread:
 
     def _post(self, kind: str, item: object) -> None:
         with self._lock:
-            self._inbox.append((kind, item))
+            # Stamped here: a request's latencies count from its submission, inbox wait included.
+            self._inbox.append((kind, item, self.clock.now()))
             if kind == "add":
                 self._pending_adds += 1
         self._wake.set()
@@ -135,11 +175,10 @@ class EngineThread:
             inbox, self._inbox = self._inbox, []
             self._wake.clear()
         now = self.clock.now()
-        for kind, item in inbox:
+        for kind, item, posted in inbox:
             try:
                 if kind == "add":
-                    self._pending_adds -= 1
-                    self.scheduler.add(item, now)
+                    self._enqueue(item, posted)
                 elif kind == "abort":
                     self.scheduler.abort(item, now)
                 else:
@@ -151,6 +190,12 @@ class EngineThread:
                     log.warning("ignored %s: %s", kind, exc)
         self.loop.deliver()
 
+    def _enqueue(self, request: Request, posted: float) -> None:
+        """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""
+        with self._lock:
+            self._pending_adds -= 1
+            self.scheduler.add(request, posted)
+
     def _run(self) -> None:
         while not self._stopping:
             self._drain_inbox()
@@ -161,7 +206,7 @@ class EngineThread:
                 self.error_count += 1
                 self._fail_everything(f"engine failure: {exc}")
                 stats = None
-            self._publish_lanes()
+            self._publish()
             if stats is None and not self.scheduler.num_running:
                 s = self.scheduler
                 self.metrics.note_idle(s.kv_used, s.kv_cached, s.kv_budget, len(s.waiting))
@@ -175,10 +220,12 @@ class EngineThread:
             return IDLE_POLL_S
         return min(max(wake - self.clock.now(), 0.0), IDLE_POLL_S)
 
-    def _observe(self, stats: StepStats) -> None:
-        self.metrics.observe(stats)
-        if self._on_stats is not None:
-            self._on_stats(stats)
+    def _fan_out(self, outputs: Sequence[tuple[Request, RequestOutput]]) -> None:
+        for sink in self._sinks:
+            try:
+                sink(outputs)
+            except Exception:
+                log.exception("an output sink failed")
 
     def _fail_everything(self, message: str) -> None:
         now = self.clock.now()
@@ -188,9 +235,13 @@ class EngineThread:
             self.scheduler.abort(request_id, now, error=message)
         self.scheduler.end_batch()
         self.loop.deliver()
-        self._publish_lanes()
+        self._publish()
 
-    def _publish_lanes(self) -> None:
+    def _publish(self) -> None:
+        """One snapshot per step, replaced whole: readers on other threads take it without a lock."""
+        self._snapshot = self._take_snapshot()
+
+    def _take_snapshot(self) -> EngineSnapshot:
         views = []
         for lane in self.scheduler.lanes:
             request = lane.request
@@ -202,4 +253,6 @@ class EngineThread:
                 LaneView(lane.index, state, request.request_id, request.agent, request.num_prompt_tokens,
                          request.num_computed_tokens, request.num_output_tokens)
             )
-        self._lanes = tuple(views)
+        s = self.scheduler
+        running = sum(view.state in ("prefill", "decode") for view in views)
+        return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget)

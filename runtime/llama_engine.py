@@ -32,7 +32,6 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from runtime.demo_model import CHAT_TEMPLATE
-from runtime.detokenizer import StopStringDetokenizer
 from runtime.engine import (
     EngineError,
     EngineLoadError,
@@ -69,11 +68,10 @@ class ModelLoadError(EngineLoadError):
 
 @dataclass(slots=True, eq=False)
 class _Lane:
-    """A live request's llama.cpp sequence and its sampling state (both made on first sight)."""
+    """A live request's llama.cpp sequence and its sampler chain (made on first sight)."""
 
     seq_id: int
     sampler: llama_cpp.llama_sampler_p | None = None
-    text: StopStringDetokenizer | None = None
 
 
 def default_threads(n_gpu_layers: int) -> int:
@@ -324,6 +322,9 @@ class LlamaEngine:
     def detokenize(self, tokens: list[int]) -> str:
         return self.vocab.detokenize(tokens)
 
+    def piece(self, token: int) -> bytes:
+        return self.vocab.piece(token)
+
     @property
     def chat_template(self) -> str | None:
         return self._chat_template
@@ -482,15 +483,11 @@ class LlamaEngine:
     def _prepare_sampling(self, request: Request, lane: _Lane) -> None:
         if lane.sampler is None:
             sampling = request.sampling
-            eog = self.vocab.eog_tokens if sampling.ignore_eos else ()
-            output = [t for t in request.output_token_ids if not self.vocab.is_eog(t)] if sampling.grammar else ()
+            eog_tokens = self.vocab.eog_tokens
+            eog = eog_tokens if sampling.ignore_eos else ()
+            output = [t for t in request.output_token_ids if t not in eog_tokens] if sampling.grammar else ()
             lane.sampler = build_sampler_chain(sampling, self.vocab.n_tokens, eog, request.token_ids,
                                                llama_cpp.llama_model_get_vocab(self._model), output)
-        if lane.text is None:
-            # A recomputed (preempted) request gets back the text it was holding.
-            lane.text = StopStringDetokenizer(request.sampling.stop)
-            for token in request.output_token_ids:
-                lane.text.push(self.vocab.piece(token))
 
     def _fill_batch(self, rows: list[Row]) -> list[tuple[int, Row]]:
         tokens, positions, logits, seq_slots = self._batch_arrays
@@ -536,23 +533,11 @@ class LlamaEngine:
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
 
     def _sample(self, request: Request, index: int) -> Sample:
-        lane = self._lanes[request.request_id]
-        token = llama_cpp.llama_sampler_sample(lane.sampler, self._ctx, index)
-        end = self.vocab.is_eog(token)
+        """The token and whether it ends generation; runtime.output_processor makes its text."""
+        token = llama_cpp.llama_sampler_sample(self._lanes[request.request_id].sampler, self._ctx, index)
+        end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.
             request.output_logprobs.append(token_logprob(self._ctx, index, self.vocab.n_tokens, token,
                                                          request.sampling.logprobs, self.vocab.piece, end))
-        if end:
-            return Sample(token=token, text=lane.text.flush(), stop=True)
-        held = lane.text.held_text
-        piece = self.vocab.piece(token)
-        text = lane.text.push(piece)
-        if lane.text.stopped:
-            window = held + piece.decode("utf-8", errors="ignore")
-            found = [(window.find(s), s) for s in request.sampling.stop if s in window]
-            request.stop_sequence = min(found)[1] if found else None
-            return Sample(token=token, text=text, stop=True)
-        if request.num_output_tokens + 1 >= request.sampling.max_tokens:
-            text += lane.text.flush()
-        return Sample(token=token, text=text)
+        return Sample(token, end)

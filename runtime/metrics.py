@@ -1,10 +1,13 @@
 """Rolling figures from the per-step records: throughput, utilization, latency, per agent.
 
-Written by the engine thread, read by anyone: every method takes the lock.
+Written by the engine thread, read by anyone. The lock guards only appends and copies: a reader
+copies what it needs under it and sorts and sums outside, so a panel tick or a scrape never holds
+the engine thread up for longer than a copy.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -13,17 +16,21 @@ from dataclasses import dataclass, field
 from runtime.fit import StepLine, fit_step_line
 from runtime.stats import StepStats
 
+log = logging.getLogger(__name__)
+
 LATENCY_SAMPLES = 4096
 AGENT_LATENCY_SAMPLES = 512
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile, q in 0..100; None for no data."""
-    if not values:
+    return _ranked(sorted(values), q)
+
+
+def _ranked(ordered: Sequence[float], q: float) -> float | None:
+    if not ordered:
         return None
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]
 
 
 @dataclass(slots=True)
@@ -101,16 +108,15 @@ class MetricsSnapshot:
     def prefix_hit_rate(self) -> float:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
-    @property
-    def total_prompt_tokens_computed(self) -> int:
-        return self.total_prefill_tokens
-
 
 class _Latencies:
     def __init__(self, maxlen: int) -> None:
         self.ttft: deque[float] = deque(maxlen=maxlen)
         self.itl: deque[float] = deque(maxlen=maxlen)
         self.e2e: deque[float] = deque(maxlen=maxlen)
+
+    def copy(self) -> tuple[list[float], list[float], list[float]]:
+        return list(self.ttft), list(self.itl), list(self.e2e)
 
 
 class MetricsAggregator:
@@ -122,7 +128,14 @@ class MetricsAggregator:
         self._fit_points: deque[tuple[int, float]] = deque(maxlen=4096)
         # When set (a live engine), rates decay over idle time and the window forgets old steps.
         self.clock: Callable[[], float] | None = None
+        # Told every step record after it is counted here (on the engine thread), e.g. /metrics' histograms.
+        self._listeners: tuple[Callable[[StepStats], None], ...] = ()
         self.reset()
+
+    def subscribe(self, listener: Callable[[StepStats], None]) -> None:
+        """Calls listener(stats) for every step observed from now on; it must be quick (engine thread)."""
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
 
     def reset(self) -> None:
         with self._lock:
@@ -177,57 +190,54 @@ class MetricsAggregator:
                 self._agent_tokens[agent] += 1
             for agent, _ in stats.e2e:
                 self._agent_requests[agent] += 1
+            listeners = self._listeners
+        for listener in listeners:
+            try:
+                listener(stats)
+            except Exception:  # a broken listener must not fail the step, and with it every request
+                log.exception("a metrics listener failed")
 
     def recent_steps(self, n: int | None = None) -> list[StepStats]:
         with self._lock:
             steps = list(self._history)
         return steps if n is None else steps[-n:]
 
-    def step_line(self) -> StepLine | None:
-        with self._lock:
-            points = list(self._fit_points)
-        return fit_step_line(points)
-
     def snapshot(self) -> MetricsSnapshot:
         now = self.clock() if self.clock is not None else None
         with self._lock:
             window = [s for s in self._window if now is None or s.time >= now - self.window_s]
             idle_state = self._idle_state
-            snap = MetricsSnapshot(
-                total_tokens=self._totals["tokens"],
-                total_requests=self._totals["requests"],
-                total_prefill_tokens=self._totals["prefill"],
-                total_padding_rows=self._totals["padding"],
-                prefix_cache_queries=self._totals["prefix_queries"],
-                prefix_cache_hits=self._totals["prefix_hits"],
-                steps=self._totals["steps"],
-                ttft_p50=percentile(self._all.ttft, 50),
-                ttft_p95=percentile(self._all.ttft, 95),
-                itl_p50=percentile(self._all.itl, 50),
-                itl_p95=percentile(self._all.itl, 95),
-                e2e_p50=percentile(self._all.e2e, 50),
-                e2e_p95=percentile(self._all.e2e, 95),
-            )
-            agents = {
-                agent: AgentFigures(
-                    agent=agent,
-                    requests=self._agent_requests[agent],
-                    tokens=self._agent_tokens[agent],
-                    ttft_p50=percentile(lat.ttft, 50),
-                    ttft_p95=percentile(lat.ttft, 95),
-                    itl_p50=percentile(lat.itl, 50),
-                    itl_p95=percentile(lat.itl, 95),
-                )
-                for agent, lat in self._agents.items()
-            }
-            for agent in self._agent_prefix_queries:
-                figures = agents.get(agent)
-                if figures is None:
-                    figures = agents[agent] = AgentFigures(agent=agent, requests=self._agent_requests[agent])
-                figures.prefix_queries = self._agent_prefix_queries[agent]
-                figures.prefix_hits = self._agent_prefix_hits[agent]
+            totals = Counter(self._totals)
+            overall = self._all.copy()
+            per_agent = {agent: lat.copy() for agent, lat in self._agents.items()}
+            requests, tokens = Counter(self._agent_requests), Counter(self._agent_tokens)
+            prefix_queries, prefix_hits = dict(self._agent_prefix_queries), dict(self._agent_prefix_hits)
             points = list(self._fit_points)
-        snap.step_line = fit_step_line(points)
+        ttft, itl, e2e = (_p50_p95(values) for values in overall)
+        snap = MetricsSnapshot(
+            total_tokens=totals["tokens"],
+            total_requests=totals["requests"],
+            total_prefill_tokens=totals["prefill"],
+            total_padding_rows=totals["padding"],
+            prefix_cache_queries=totals["prefix_queries"],
+            prefix_cache_hits=totals["prefix_hits"],
+            steps=totals["steps"],
+            ttft_p50=ttft[0], ttft_p95=ttft[1],
+            itl_p50=itl[0], itl_p95=itl[1],
+            e2e_p50=e2e[0], e2e_p95=e2e[1],
+            step_line=fit_step_line(points),
+        )
+        agents = {}
+        for agent, (agent_ttft, agent_itl, _) in per_agent.items():
+            (ttft_p50, ttft_p95), (itl_p50, itl_p95) = _p50_p95(agent_ttft), _p50_p95(agent_itl)
+            agents[agent] = AgentFigures(agent=agent, requests=requests[agent], tokens=tokens[agent],
+                                         ttft_p50=ttft_p50, ttft_p95=ttft_p95, itl_p50=itl_p50, itl_p95=itl_p95)
+        for agent, queried in prefix_queries.items():
+            figures = agents.get(agent)
+            if figures is None:
+                figures = agents[agent] = AgentFigures(agent=agent, requests=requests[agent])
+            figures.prefix_queries = queried
+            figures.prefix_hits = prefix_hits.get(agent, 0)
         snap.agents = sorted(agents.values(), key=lambda a: a.agent)
         if window:
             _fill_window_figures(snap, window, agents, now)
@@ -235,6 +245,11 @@ class MetricsAggregator:
             snap.width_held = snap.live_lanes = snap.padding_lanes = 0
             snap.kv_used, snap.kv_cached, snap.kv_capacity, snap.queue_depth = idle_state
         return snap
+
+
+def _p50_p95(values: list[float]) -> tuple[float | None, float | None]:
+    ordered = sorted(values)
+    return _ranked(ordered, 50), _ranked(ordered, 95)
 
 
 def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents: dict[str, AgentFigures],

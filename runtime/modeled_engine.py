@@ -1,7 +1,7 @@
 """An engine that computes nothing and costs what a CardProfile says a step costs.
 
 It lets the panel and the benchmarks show the article's card on any machine: durations come from
-the cost model, tokens are placeholder words. In real time it sleeps for the modeled duration.
+the cost model, tokens are placeholder words (stop strings apply to them as to real text). In real time it sleeps for the modeled duration.
 
 A profile with a recurrent state (Qwen3.5 is a hybrid) follows the llama engine's memory rules: the
 scheduler charges that state once per sequence held, and resumes sequences only at checkpoints,
@@ -39,6 +39,7 @@ PLACEHOLDER_WORDS = (
     "the", "agent", "reads", "a", "file", "and", "plans", "an", "edit", "to", "its", "tool", "call",
     "then", "runs", "tests", "on", "code", "with", "one", "batch", "step", "each", "token",
 )
+_PIECES = tuple((" " + word).encode() for word in PLACEHOLDER_WORDS)
 
 
 class ModeledEngine:
@@ -128,6 +129,9 @@ class ModeledEngine:
     def detokenize(self, tokens: list[int]) -> str:
         return "".join(" " + PLACEHOLDER_WORDS[t % len(PLACEHOLDER_WORDS)] for t in tokens if t != BOS_ID)
 
+    def piece(self, token: int) -> bytes:
+        return _PIECES[token % len(_PIECES)]
+
     @property
     def chat_template(self) -> str | None:
         return None
@@ -152,5 +156,4 @@ class ModeledEngine:
 
 
 def _placeholder(request_id: int, position: int) -> Sample:
-    index = (request_id * 7 + position) % len(PLACEHOLDER_WORDS)
-    return Sample(token=index, text=" " + PLACEHOLDER_WORDS[index])
+    return Sample((request_id * 7 + position) % len(PLACEHOLDER_WORDS))

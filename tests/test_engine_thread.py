@@ -109,3 +109,103 @@ def test_idle_engine_metrics_show_what_is_held_now_and_rates_decay(engine_thread
     idle = engine_thread.metrics.snapshot()
     assert idle.tok_s == 0 and idle.live_lanes == 0 and idle.kv_used == 0
     assert idle.total_tokens == 20 and [a.agent for a in idle.agents] == ["anonymous"]
+
+
+class _LockCheckedPending(EngineThread):
+    """Records every change of the pending-adds count made without the lock held."""
+
+    unlocked_changes: list[int]
+
+    @property
+    def _pending_adds(self) -> int:
+        return self.__dict__["_pending"]
+
+    @_pending_adds.setter
+    def _pending_adds(self, value: int) -> None:
+        if "_pending" in self.__dict__ and not self._lock.locked():
+            self.unlocked_changes.append(value)
+        self.__dict__["_pending"] = value
+
+
+def test_pending_adds_change_only_under_the_lock():
+    _LockCheckedPending.unlocked_changes = []
+    thread = _LockCheckedPending(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(max_batch=2))
+    thread.start()
+    try:
+        events = []
+        for _ in range(6):
+            done, out = threading.Event(), []
+            events.append(done)
+            thread.submit(_collecting(Request([1] * 4, SamplingParams(max_tokens=3)), done, out))
+        assert all(e.wait(5) for e in events)
+    finally:
+        thread.stop()
+    assert _LockCheckedPending.unlocked_changes == []
+    assert thread.num_waiting == 0
+
+
+def test_waiting_count_stays_exact_under_concurrent_submits(engine_thread):
+    """Many threads submit while the engine drains: the count that feeds the 503 check ends at zero
+    and never goes below zero on the way."""
+    import sys
+
+    per_thread, submitters = 40, 4
+    events: list[threading.Event] = []
+    lowest = [0]
+    stop_watching = threading.Event()
+
+    def watch() -> None:
+        while not stop_watching.is_set():
+            lowest[0] = min(lowest[0], engine_thread.num_waiting)
+
+    def submit_many() -> None:
+        for _ in range(per_thread):
+            done, out = threading.Event(), []
+            events.append(done)
+            engine_thread.submit(_collecting(Request([1] * 4, SamplingParams(max_tokens=2)), done, out))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        workers = [threading.Thread(target=submit_many) for _ in range(submitters)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert all(e.wait(20) for e in events)
+        stop_watching.set()
+        watcher.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(events) == per_thread * submitters
+    deadline = threading.Event()
+    for _ in range(50):
+        if engine_thread.num_waiting == 0:
+            break
+        deadline.wait(0.02)
+    assert engine_thread.num_waiting == 0 and lowest[0] >= 0
+
+
+def test_one_snapshot_per_step_and_one_sink_call_with_every_output_of_the_step(engine_thread):
+    calls = []
+    unsubscribe = engine_thread.subscribe(lambda outputs: calls.append([o.request_id for _, o in outputs]))
+    events, requests = [], []
+    for _ in range(4):
+        done, out = threading.Event(), []
+        events.append(done)
+        requests.append(_collecting(Request([1] * 4, SamplingParams(max_tokens=20)), done, out))
+    engine_thread.reconfigure(max_batch=4)
+    for request in requests:
+        engine_thread.submit(request)
+    assert all(e.wait(5) for e in events)
+    unsubscribe()
+    ids = {r.request_id for r in requests}
+    assert all(len(call) == len(set(call)) for call in calls), "a request got two messages in one step"
+    assert any(len(set(call) & ids) > 1 for call in calls), "outputs of one step were not delivered together"
+    assert sum(call.count(r) for call in calls for r in ids) == sum(20 for _ in ids)
+    snapshot = engine_thread.snapshot()
+    with pytest.raises(AttributeError):
+        snapshot.waiting = 3
+    assert isinstance(snapshot.lanes, tuple) and snapshot.step >= 20

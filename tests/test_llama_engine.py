@@ -10,6 +10,7 @@ from runtime.demo_model import CHAT_TEMPLATE, MODEL_NAME
 from runtime.detokenizer import StopStringDetokenizer
 from runtime.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan
 from runtime.llama_engine import LlamaEngine, ModelLoadError
+from runtime.output_processor import OutputProcessor
 from runtime.request import Request, SamplingParams
 
 PROMPTS = [
@@ -53,8 +54,10 @@ def greedy(max_tokens: int, **kw) -> SamplingParams:
 def run(engine, requests: list[Request], chunk: int | None = None) -> dict[int, str]:
     """Prefill (in chunks) then decode every request together until each has max_tokens or stopped.
 
-    Plays the scheduler's part: appends sampled tokens and text. Returns request_id -> output text.
+    Plays the engine loop's and the scheduler's part: makes text, appends sampled tokens and text.
+    Returns request_id -> output text.
     """
+    processor = OutputProcessor(engine.piece, engine.max_context)
     texts = {r.request_id: "" for r in requests}
     stopped: set[int] = set()
     while True:
@@ -69,7 +72,9 @@ def run(engine, requests: list[Request], chunk: int | None = None) -> dict[int, 
                 rows.append(Row(r, RowKind.PREFILL, start, tokens, start + len(tokens) == r.num_prompt_tokens))
             else:
                 rows.append(Row(r, RowKind.DECODE, r.num_tokens - 1, [r.token_ids[-1]], True))
-        result = engine.step(StepPlan(rows=rows))
+        plan = StepPlan(rows=rows)
+        result = engine.step(plan)
+        processor.process(plan, result)
         assert not result.errors
         assert result.duration_s > 0
         for row in rows:
@@ -376,13 +381,17 @@ def test_preempted_request_gets_its_held_text_back(arch_engine):
     full = run(engine, [free])[free.request_id]
     held_char = _pieces_text(engine, free.output_token_ids[:5])[-1]
     request = Request(engine.tokenize(PROMPTS[2]), greedy(10, stop=[held_char + "\x00never"]))
+    processor = OutputProcessor(engine.piece, engine.max_context)
     text = ""
 
     def advance() -> None:
         nonlocal text
         start = request.num_computed_tokens
         row = Row(request, RowKind.PREFILL, start, request.token_ids[start:], True)
-        sample = engine.step(StepPlan(rows=[row])).samples[request.request_id]
+        plan = StepPlan(rows=[row])
+        result = engine.step(plan)
+        processor.process(plan, result)
+        sample = result.samples[request.request_id]
         request.num_computed_tokens = request.num_tokens
         request.token_ids.append(sample.token)
         text += sample.text

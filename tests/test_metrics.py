@@ -57,3 +57,55 @@ def test_percentile_nearest_rank():
     assert percentile([], 50) is None
     assert percentile([3, 1, 2], 50) == 2
     assert percentile(list(range(101)), 95) == 95
+
+
+def test_observe_is_not_held_up_while_a_snapshot_sorts(monkeypatch):
+    """A panel tick or a scrape sorts percentiles; the engine thread's observe() must not wait for it."""
+    import builtins
+    import threading
+
+    import runtime.metrics as metrics_module
+
+    h = Harness(policy="continuous", max_batch=2)
+    h.add(20, agent="a")
+    h.add(20, agent="b")
+    h.run()
+    agg = MetricsAggregator(window_s=1e9)
+    for s in h.steps[:-1]:
+        agg.observe(s)
+    sorting, release = threading.Event(), threading.Event()
+
+    def slow_sorted(*args, **kwargs):
+        sorting.set()
+        release.wait(10)
+        return builtins.sorted(*args, **kwargs)
+
+    monkeypatch.setattr(metrics_module, "sorted", slow_sorted, raising=False)
+    reader = threading.Thread(target=agg.snapshot)
+    reader.start()
+    try:
+        assert sorting.wait(5), "snapshot() sorted nothing"
+        writer = threading.Thread(target=agg.observe, args=(h.steps[-1],))
+        writer.start()
+        writer.join(2.0)
+        blocked = writer.is_alive()
+    finally:
+        release.set()
+        reader.join(10)
+    writer.join(10)
+    assert not blocked, "observe() waited for a snapshot's sorting"
+    monkeypatch.undo()
+    assert agg.snapshot().total_tokens == 40
+
+
+def test_listeners_hear_every_observed_step():
+    h = Harness(policy="continuous", max_batch=2)
+    h.add(5)
+    h.run()
+    agg = MetricsAggregator()
+    heard = []
+    agg.subscribe(heard.append)
+    agg.reset()
+    for s in h.steps:
+        agg.observe(s)
+    assert heard == h.steps

@@ -28,7 +28,8 @@ class Recorder:
     def __init__(self, engine) -> None:
         self.engine = engine
         self.plans = []
-        for name in ("name", "kv_capacity", "max_context", "max_step_tokens", "max_lanes", "max_cached_sequences"):
+        for name in ("name", "kv_capacity", "max_context", "max_step_tokens", "max_lanes", "max_cached_sequences",
+                     "piece"):
             setattr(self, name, getattr(engine, name))
 
     def step(self, plan):

@@ -161,7 +161,8 @@ def scripted_engine(fmt: ToolCallFormat) -> type[ModeledEngine]:
     pieces = [script[i : i + 4] for i in range(0, len(script), 4)]
 
     class Scripted(ModeledEngine):
-        """The modeled engine, but its output text is the script, four characters a token, then a stop."""
+        """The modeled engine, but its output text is the script, four characters a token, then an
+        end-of-generation token (token i of the output is piece i; the end token adds no text)."""
 
         prompts: list[str] = []
 
@@ -179,9 +180,11 @@ def scripted_engine(fmt: ToolCallFormat) -> type[ModeledEngine]:
             for row in plan.rows:
                 if row.sample and row.kind is not RowKind.PADDING:
                     i = row.request.num_output_tokens
-                    text = pieces[i] if i < len(pieces) else ""
-                    result.samples[row.request.request_id] = Sample(token=7, text=text, stop=i >= len(pieces) - 1)
+                    result.samples[row.request.request_id] = Sample(token=i, end=i >= len(pieces))
             return result
+
+        def piece(self, token):
+            return pieces[token].encode() if token < len(pieces) else b""
 
     return Scripted
 
