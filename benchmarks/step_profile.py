@@ -6,7 +6,8 @@
 
 One engine, `--lanes` requests of 16-token prompts prefilled together, then `--steps` decode steps
 of every lane at once, then `--chunks` 512-token prefill chunks of one long prompt. Each step's
-wall time inside `LlamaEngine.step` is split into llama_decode, sampling (`_sample`) and the rest:
+wall time inside `LlamaEngine.step` is split into llama_decode, sampling (`_sample`) and the rest
+(host_ms; host_cpu_ms is the same part in this thread's CPU time, which a busy machine disturbs less):
 the host work of building the batch and checking rows, which should grow with rows, not tokens.
 
 `--against DIR` alternates runs of this checkout and of DIR (another checkout, e.g. a worktree of
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import os
 import pstats
@@ -34,8 +36,6 @@ PROMPT_TOKENS = 16
 
 
 def build_engine(model: str, lanes: int, steps: int, chunks: int, chunk: int):
-    import llama_cpp  # noqa: F401  (llama_cpp before the engine, as the app loads it)
-
     from app.engines import resolve_model
     from runtime.demo_model import write_demo_model
     from runtime.llama_engine import LlamaEngine
@@ -55,36 +55,42 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from runtime.request import Request, SamplingParams
 
     engine = build_engine(args.model, args.lanes, args.steps, args.chunks, args.chunk)
-    decode_s = sample_s = 0.0
+    # Wall time inside step() and, steadier on a shared machine, this thread's CPU time (llama_decode's
+    # calling thread computes too, so its share is taken out like the wall time's).
+    decode_s = sample_s = decode_cpu = sample_cpu = 0.0
     real_decode, real_sample = llama_cpp.llama_decode, engine._sample
 
     def timed_decode(ctx, batch):
-        nonlocal decode_s
-        t = time.perf_counter()
+        nonlocal decode_s, decode_cpu
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return real_decode(ctx, batch)
         finally:
             decode_s += time.perf_counter() - t
+            decode_cpu += time.thread_time() - c
 
     def timed_sample(request, index):
-        nonlocal sample_s
-        t = time.perf_counter()
+        nonlocal sample_s, sample_cpu
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return real_sample(request, index)
         finally:
             sample_s += time.perf_counter() - t
+            sample_cpu += time.thread_time() - c
 
     llama_cpp.llama_decode = timed_decode
     engine._sample = timed_sample
-    samples: dict[str, list[tuple[float, float, float]]] = {"decode": [], "prefill": []}
+    samples: dict[str, list[tuple[float, float, float, float]]] = {"decode": [], "prefill": []}
 
     def step(plan: StepPlan, kind: str | None):
-        nonlocal decode_s, sample_s
-        decode_s = sample_s = 0.0
+        nonlocal decode_s, sample_s, decode_cpu, sample_cpu
+        decode_s = sample_s = decode_cpu = sample_cpu = 0.0
+        cpu = time.thread_time()
         result = engine.step(plan)
+        cpu = time.thread_time() - cpu
         assert not result.errors, result.errors
         if kind:
-            samples[kind].append((result.duration_s, decode_s, sample_s))
+            samples[kind].append((result.duration_s, decode_s, sample_s, cpu - decode_cpu - sample_cpu))
         return result
 
     vocab = engine.vocab.n_tokens
@@ -108,23 +114,27 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         for r in requests:
             r.token_ids.append(result.samples[r.request_id].token)
     step(StepPlan(release=requests), None)
+    tokens = [r.output_token_ids for r in requests]
     long = Request([(11 * j) % (vocab - 1) + 1 for j in range(args.chunks * args.chunk)], greedy)
     for c in range(args.chunks):
         start = c * args.chunk
         last = c == args.chunks - 1
-        step(StepPlan(rows=[Row(long, RowKind.PREFILL, start, long.token_ids[start:start + args.chunk], last)]),
-             "prefill")
+        result = step(StepPlan(rows=[Row(long, RowKind.PREFILL, start, long.token_ids[start:start + args.chunk],
+                                         last)]), "prefill")
+    tokens.append([result.samples[long.request_id].token])
     step(StepPlan(release=[long]), None)
     engine.close()
     llama_cpp.llama_decode = real_decode
     if profiler:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(18)
-    out: dict[str, float] = {}
+    # Greedy tokens of every lane and of the long prompt: two versions of the engine must agree.
+    out: dict[str, float | str] = {"tokens_sha1": hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:12]}
     for kind, rows in samples.items():
-        out[f"{kind}_step_ms"] = statistics.median(t for t, _, _ in rows) * 1e3
-        out[f"{kind}_llama_decode_ms"] = statistics.median(d for _, d, _ in rows) * 1e3
-        out[f"{kind}_sample_ms"] = statistics.median(s for _, _, s in rows) * 1e3
-        out[f"{kind}_host_ms"] = statistics.median(t - d - s for t, d, s in rows) * 1e3
+        out[f"{kind}_step_ms"] = statistics.median(t for t, _, _, _ in rows) * 1e3
+        out[f"{kind}_llama_decode_ms"] = statistics.median(d for _, d, _, _ in rows) * 1e3
+        out[f"{kind}_sample_ms"] = statistics.median(s for _, _, s, _ in rows) * 1e3
+        out[f"{kind}_host_ms"] = statistics.median(t - d - s for t, d, s, _ in rows) * 1e3
+        out[f"{kind}_host_cpu_ms"] = statistics.median(c for _, _, _, c in rows) * 1e3
     return out
 
 
@@ -139,15 +149,18 @@ def compare(args: argparse.Namespace) -> int:
             done = subprocess.run([sys.executable, __file__, *flags], env=env, cwd=root, check=True,
                                   capture_output=True, text=True)
             runs[side].append(json.loads(done.stdout.splitlines()[-1]))
+    digests = {r.pop("tokens_sha1") for rs in runs.values() for r in rs}
     medians = {side: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for side, rs in runs.items()}
+    same = len(digests) == 1
     if args.json:
-        print(json.dumps(medians))
-        return 0
+        print(json.dumps(dict(medians, same_tokens=same)))
+        return 0 if same else 1
     print(f"medians of {args.rounds} alternating runs, {args.lanes} lanes, model {args.model} (ms per step)")
     print(f"{'':28}{'this':>10}{'against':>10}")
     for key in medians["this"]:
         print(f"{key:28}{medians['this'][key]:10.3f}{medians['against'][key]:10.3f}")
-    return 0
+    print("greedy tokens: " + ("the same in every run" if same else f"DIFFER between runs: {sorted(digests)}"))
+    return 0 if same else 1
 
 
 def main() -> int:
@@ -169,7 +182,7 @@ def main() -> int:
         print(json.dumps(out))
     else:
         for key, value in out.items():
-            print(f"{key:28}{value:10.3f}")
+            print(f"{key:28}{value:>10.3f}" if isinstance(value, float) else f"{key:28}{value:>10}")
     return 0
 
 

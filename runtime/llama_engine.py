@@ -259,7 +259,8 @@ class LlamaEngine:
             raise EngineError(f"step carries {plan.num_tokens} tokens, more than n_batch={self.max_step_tokens}")
         rows = plan.rows
         if errors or refused:
-            rows = [row for row in rows if row.request.request_id not in errors and row.request.request_id not in refused]
+            rows = [row for row in rows
+                    if row.request.request_id not in errors and row.request.request_id not in refused]
         admitted = self._admit(rows, errors)
         to_sample = self._fill_batch(admitted)
         samples: dict[int, Sample] = {}
@@ -447,7 +448,7 @@ class LlamaEngine:
                 self._check_row(row, tokens_checked)
                 lane = self._lane_for(row.request)
                 self._check_position(row, lane)
-                if row.sample and row.kind != RowKind.PADDING:
+                if row.sample and row.kind is not RowKind.PADDING:
                     self._prepare_sampling(row.request, lane)
             except ValueError as exc:
                 errors[rid] = str(exc)
