@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 from itertools import accumulate, chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,9 @@ DEFAULT_CHECKPOINT_BUDGET = 1 << 30
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+
+
+_TOKENS = attrgetter("tokens")
 
 
 class ModelLoadError(EngineLoadError):
@@ -460,10 +463,11 @@ class LlamaEngine:
         return admitted
 
     def _tokens_in_vocabulary(self, rows: list[Row]) -> bool:
-        """One look at every token of the step, so that rows are searched one by one only when some
-        token is out of range."""
-        tokens = list(chain.from_iterable(row.tokens for row in rows))
-        return not tokens or (min(tokens) >= 0 and max(tokens) < self.vocab.n_tokens)
+        """Whether every token of the step is in the vocabulary, looked at without a Python loop, so
+        that rows are checked one by one only when one is not (or a row is empty)."""
+        tokens = list(map(_TOKENS, rows))
+        return all(tokens) and (not tokens or (min(map(min, tokens)) >= 0
+                                               and max(map(max, tokens)) < self.vocab.n_tokens))
 
     def _check_row(self, row: Row, tokens_checked: bool) -> None:
         n = len(row.tokens)
@@ -506,7 +510,7 @@ class LlamaEngine:
         ends = list(accumulate(lengths))
         # Padding lanes cost what a real lane costs; their sample is thrown away.
         outputs = [end - 1 for end, row in zip(ends, rows) if row.sample or row.kind is RowKind.PADDING]
-        self._token_batch.fill(list(chain.from_iterable(row.tokens for row in rows)), lengths,
+        self._token_batch.fill(list(chain.from_iterable(map(_TOKENS, rows))), lengths,
                                [row.start for row in rows], [seq_id for seq_id, _ in admitted], ends, outputs)
         return [(end - 1, row) for end, row in zip(ends, rows) if row.sample and row.kind is not RowKind.PADDING]
 
