@@ -24,11 +24,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from itertools import accumulate, chain
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
-import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from runtime.demo_model import CHAT_TEMPLATE
@@ -45,6 +46,7 @@ from runtime.engine import (
     StepResult,
 )
 from runtime.checkpoints import CheckpointStore
+from runtime.llama_batch import TokenBatch
 from runtime.llama_log import ensure_backend, take_recent_problems
 from runtime.llama_memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from runtime.llama_model_info import chat_template, model_facts
@@ -60,6 +62,9 @@ DEFAULT_CHECKPOINT_BUDGET = 1 << 30
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+
+
+_TOKENS = attrgetter("tokens")
 
 
 class ModelLoadError(EngineLoadError):
@@ -171,8 +176,8 @@ class LlamaEngine:
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
             self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
-            self._batch = llama_cpp.llama_batch_init(self.max_step_tokens, 0, 1)
-            self._batch_arrays = self._view_batch(self._batch, self.max_step_tokens)
+            self._token_batch = TokenBatch(self.max_step_tokens)
+            self._batch = self._token_batch.batch
             self._chat_template = chat_template(self._model)
             self._formatters: dict[bool, Jinja2ChatFormatter] = {}
             self._facts = self._read_facts()
@@ -212,15 +217,6 @@ class LlamaEngine:
             reason = "; ".join(take_recent_problems()) or "llama.cpp could not create the context"
             raise ModelLoadError(f"cannot load model {self.path} with n_ctx={n_ctx}, kv_type={self.kv_type}: {reason}")
         return ctx
-
-    @staticmethod
-    def _view_batch(batch: llama_cpp.llama_batch, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-        tokens = np.ctypeslib.as_array(batch.token, shape=(size,))
-        positions = np.ctypeslib.as_array(batch.pos, shape=(size,))
-        logits = np.ctypeslib.as_array(batch.logits, shape=(size,))
-        np.ctypeslib.as_array(batch.n_seq_id, shape=(size,))[:] = 1
-        seq_slots = [batch.seq_id[i] for i in range(size)]
-        return tokens, positions, logits, seq_slots
 
     def _read_facts(self) -> dict[str, Any]:
         facts = model_facts(self._model, self.path)
@@ -262,12 +258,15 @@ class LlamaEngine:
             self._apply_prefix_op(op, errors, refused)
         if plan.num_tokens > self.max_step_tokens:
             raise EngineError(f"step carries {plan.num_tokens} tokens, more than n_batch={self.max_step_tokens}")
-        rows = self._admit([row for row in plan.rows
-                            if row.request.request_id not in errors and row.request.request_id not in refused], errors)
-        to_sample = self._fill_batch(rows)
+        rows = plan.rows
+        if errors or refused:
+            rows = [row for row in rows
+                    if row.request.request_id not in errors and row.request.request_id not in refused]
+        admitted = self._admit(rows, errors)
+        to_sample = self._fill_batch(admitted)
         samples: dict[int, Sample] = {}
         if self._batch.n_tokens:
-            self._decode(rows)
+            self._decode(admitted)
             for index, row in to_sample:
                 samples[row.request.request_id] = self._sample(row.request, index)
         return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors, refused=refused)
@@ -277,9 +276,8 @@ class LlamaEngine:
             free_sampler_chain(lane.sampler)
         self._lanes.clear()
         self._cached.clear()
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
+        # The batch's arrays are numpy's, freed with the TokenBatch.
+        self._batch = None
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
@@ -439,34 +437,47 @@ class LlamaEngine:
             self._memory.drop(lane.seq_id)
             heapq.heappush(self._free_seq_ids, lane.seq_id)
 
-    def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[Row]:
-        """Rows that can run; a row that cannot gets an error for its request instead."""
-        admitted: list[Row] = []
+    def _admit(self, rows: list[Row], errors: dict[int, str]) -> list[tuple[int, Row]]:
+        """The rows that can run, with their sequence ids, in id order; a row that cannot gets an
+        error for its request instead."""
+        admitted: list[tuple[int, Row]] = []
         seen: set[int] = set()
+        tokens_checked = self._tokens_in_vocabulary(rows)
         for row in rows:
             rid = row.request.request_id
             try:
                 if rid in seen:
                     raise ValueError("the step holds two rows for this request")
                 seen.add(rid)
-                self._check_row(row)
+                self._check_row(row, tokens_checked)
                 lane = self._lane_for(row.request)
                 self._check_position(row, lane)
-                if row.sample and row.kind != RowKind.PADDING:
+                if row.sample and row.kind is not RowKind.PADDING:
                     self._prepare_sampling(row.request, lane)
             except ValueError as exc:
                 errors[rid] = str(exc)
             else:
-                admitted.append(row)
+                admitted.append((lane.seq_id, row))
+        # With split KV, llama.cpp cuts a step into ubatches of consecutive sequence ids; rows in
+        # id order keep a step one ubatch wherever the ids in use have no gaps.
+        admitted.sort(key=itemgetter(0))
         return admitted
 
-    def _check_row(self, row: Row) -> None:
-        if not row.tokens:
+    def _tokens_in_vocabulary(self, rows: list[Row]) -> bool:
+        """Whether every token of the step is in the vocabulary, looked at without a Python loop, so
+        that rows are checked one by one only when one is not (or a row is empty)."""
+        tokens = list(map(_TOKENS, rows))
+        return all(tokens) and (not tokens or (min(map(min, tokens)) >= 0
+                                               and max(map(max, tokens)) < self.vocab.n_tokens))
+
+    def _check_row(self, row: Row, tokens_checked: bool) -> None:
+        n = len(row.tokens)
+        if not n:
             raise ValueError("a row needs at least one token")
-        if row.start < 0 or row.start + len(row.tokens) > self.max_context:
-            raise ValueError(f"positions {row.start}..{row.start + len(row.tokens) - 1} exceed the context "
+        if row.start < 0 or row.start + n > self.max_context:
+            raise ValueError(f"positions {row.start}..{row.start + n - 1} exceed the context "
                              f"of {self.max_context} tokens")
-        if min(row.tokens) < 0 or max(row.tokens) >= self.vocab.n_tokens:
+        if not tokens_checked and (min(row.tokens) < 0 or max(row.tokens) >= self.vocab.n_tokens):
             raise ValueError(f"token ids must be within 0..{self.vocab.n_tokens - 1}")
 
     def _lane_for(self, request: Request) -> _Lane:
@@ -489,43 +500,31 @@ class LlamaEngine:
             lane.sampler = build_sampler_chain(sampling, self.vocab.n_tokens, eog, request.token_ids,
                                                llama_cpp.llama_model_get_vocab(self._model), output)
 
-    def _fill_batch(self, rows: list[Row]) -> list[tuple[int, Row]]:
-        tokens, positions, logits, seq_slots = self._batch_arrays
-        to_sample: list[tuple[int, Row]] = []
-        n = 0
-        # With split KV, llama.cpp cuts a step into ubatches of consecutive sequence ids; rows in
-        # id order keep a step one ubatch wherever the ids in use have no gaps.
-        for seq_id, row in sorted(((self._lanes[row.request.request_id].seq_id, row) for row in rows),
-                                  key=lambda pair: pair[0]):
-            end = n + len(row.tokens)
-            tokens[n:end] = row.tokens
-            positions[n:end] = np.arange(row.start, row.start + len(row.tokens))
-            logits[n:end] = 0
-            for i in range(n, end):
-                seq_slots[i][0] = seq_id
-            if row.sample or row.kind == RowKind.PADDING:
-                # Padding lanes cost what a real lane costs; their sample is thrown away.
-                logits[end - 1] = 1
-                if row.sample and row.kind != RowKind.PADDING:
-                    to_sample.append((end - 1, row))
-            n = end
-        self._batch.n_tokens = n
-        return to_sample
+    def _fill_batch(self, admitted: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
+        """Lays the rows out in the batch; returns (batch index, row) for each row to sample."""
+        rows = [row for _, row in admitted]
+        lengths = [len(row.tokens) for row in rows]
+        ends = list(accumulate(lengths))
+        # Padding lanes cost what a real lane costs; their sample is thrown away.
+        outputs = [end - 1 for end, row in zip(ends, rows) if row.sample or row.kind is RowKind.PADDING]
+        self._token_batch.fill(list(chain.from_iterable(map(_TOKENS, rows))), lengths,
+                               [row.start for row in rows], [seq_id for seq_id, _ in admitted], ends, outputs)
+        return [(end - 1, row) for end, row in zip(ends, rows) if row.sample and row.kind is not RowKind.PADDING]
 
-    def _decode(self, rows: list[Row]) -> None:
+    def _decode(self, admitted: list[tuple[int, Row]]) -> None:
         take_recent_problems()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code == 0:
-            for row in rows:
-                seq_id, end = self._lanes[row.request.request_id].seq_id, row.start + len(row.tokens)
+            for seq_id, row in admitted:
+                end = row.start + len(row.tokens)
                 self._memory.advanced(seq_id, end)
                 if row.checkpoint:
                     self._memory.snapshot(seq_id, row.request.token_ids[:end])
             return
         # llama.cpp restores the cache after code 1 and -1; after others, ubatches already
         # computed stay behind. Either way, nothing of this step may remain.
-        for row in rows:
-            self._memory.discard_from(self._lanes[row.request.request_id].seq_id, row.start)
+        for seq_id, row in admitted:
+            self._memory.discard_from(seq_id, row.start)
         if code == 1:
             raise KVCacheFull(f"no KV cache room for a step of {self._batch.n_tokens} tokens "
                               f"(capacity {self.kv_capacity})")

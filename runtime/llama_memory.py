@@ -12,6 +12,10 @@ So on those kinds a prefix shorter than the sequence is only reused by restoring
 the recurrent state taken at exactly that prefix (runtime.checkpoints), and this module tracks
 where each sequence's state stands, so the engine can check a row against it.
 
+Checking a row against the KV asks llama.cpp only after an operation here changed the sequence:
+a decode step moves each sequence's end to where its row ended, which this module records, so a
+step's checks cost no call into llama.cpp (`mismatches` compares the record with llama.cpp's).
+
 An operation the memory cannot do raises MemoryRefused and leaves the sequences as they were (or,
 for a copy, leaves the destination empty): the engine turns it into a recomputation, never into
 wrong tokens.
@@ -55,6 +59,9 @@ class SequenceMemory:
         self.checkpoints = checkpoints
         # seq id -> tokens its recurrent state has seen (absent: none); kept only when exact_only.
         self._state_end: dict[int, int] = {}
+        # seq id -> tokens its KV holds, as llama.cpp last said or decodes since have left it
+        # (absent: ask llama.cpp). Every operation but a decode forgets the sequence's entry first.
+        self._kv_end: dict[int, int] = {}
         # Size of one sequence's recurrent state snapshot, known after the first one.
         self.state_bytes = 0
 
@@ -62,7 +69,9 @@ class SequenceMemory:
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) + 1
 
     def check_row(self, seq_id: int, start: int) -> None:
-        held = self.held(seq_id)
+        held = self._kv_end.get(seq_id)
+        if held is None:
+            held = self._kv_end[seq_id] = self.held(seq_id)
         if start != held:
             raise ValueError(f"row starts at position {start} but the KV cache holds {held} tokens of it")
         state = self._state_end.get(seq_id, 0)
@@ -70,11 +79,18 @@ class SequenceMemory:
             raise ValueError(f"row starts at position {start} but the recurrent state has seen {state} tokens")
 
     def advanced(self, seq_id: int, end: int) -> None:
-        """A decode computed this sequence up to `end`."""
+        """A decode computed this sequence up to `end` (or an operation here left it there)."""
+        self._kv_end[seq_id] = end
         if self.exact_only:
             self._state_end[seq_id] = end
 
+    def mismatches(self) -> dict[int, tuple[int, int]]:
+        """seq id -> (recorded, llama.cpp's) KV end, for each sequence where the two differ."""
+        actual = {seq_id: self.held(seq_id) for seq_id in self._kv_end}
+        return {seq_id: (end, actual[seq_id]) for seq_id, end in self._kv_end.items() if end != actual[seq_id]}
+
     def drop(self, seq_id: int) -> None:
+        self._kv_end.pop(seq_id, None)
         # llama.cpp promises that removing a whole sequence never fails; a False would leave cells
         # that a later sequence on this id would attend over.
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1):
@@ -83,6 +99,7 @@ class SequenceMemory:
 
     def discard_from(self, seq_id: int, start: int) -> None:
         """Undoes a failed decode's cells past `start`; a state that cannot roll back loses the sequence."""
+        self._kv_end.pop(seq_id, None)
         if llama_cpp.llama_memory_seq_rm(self._mem, seq_id, start, -1) and self._state_end.get(seq_id, 0) <= start:
             return
         log.warning("sequence %d cannot roll back to %d after a failed decode; dropping it", seq_id, start)
@@ -90,6 +107,7 @@ class SequenceMemory:
 
     def trim(self, seq_id: int, n: int, tokens: list[int]) -> None:
         """Makes the sequence hold exactly its first n tokens (`tokens` are what it holds)."""
+        self._kv_end.pop(seq_id, None)
         held = self.held(seq_id)
         if n > held:
             raise MemoryRefused(f"sequence {seq_id} holds {held} tokens, fewer than the {n} to keep")
@@ -101,6 +119,7 @@ class SequenceMemory:
 
     def copy(self, src: int, dst: int, n: int, tokens: list[int]) -> None:
         """Gives the empty sequence dst the first n tokens of src (unified KV only)."""
+        self._kv_end.pop(dst, None)
         held = self.held(src)
         if not 0 < n <= held:
             raise MemoryRefused(f"a prefix of {n} tokens was asked of a sequence holding {held}")
@@ -144,6 +163,7 @@ class SequenceMemory:
 
     def _restore(self, seq_id: int, tokens: list[int], n: int) -> None:
         """Sets the sequence's recurrent state to the checkpoint of tokens[:n]; its KV is untouched."""
+        self._kv_end.pop(seq_id, None)
         checkpoint = self._checkpoint(tokens, n)
         if checkpoint is None or checkpoint.data is None:
             raise MemoryRefused(f"no recurrent-state checkpoint at {n} tokens")

@@ -53,6 +53,7 @@ def drain(loop: EngineLoop) -> None:
     while loop.scheduler.has_work:
         if loop.step() is None and loop.scheduler.waiting and not loop.scheduler.num_running:
             loop.clock.wait_until(loop.scheduler.next_admission_time())
+        assert loop.engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
 
 
 def finish(loop: EngineLoop) -> None:

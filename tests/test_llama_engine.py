@@ -77,6 +77,7 @@ def run(engine, requests: list[Request], chunk: int | None = None) -> dict[int, 
         processor.process(plan, result)
         assert not result.errors
         assert result.duration_s > 0
+        assert engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
         for row in rows:
             r = row.request
             r.num_computed_tokens = row.start + len(row.tokens)
@@ -253,8 +254,8 @@ def test_split_kv_batches_rows_in_sequence_id_order(tiny_model_path):
             r.token_ids.append(first.samples[r.request_id].token)
         backwards = sorted(requests, key=lambda r: -ids[r.request_id])
         eng.step(StepPlan(rows=[Row(r, RowKind.DECODE, r.num_tokens - 1, [r.token_ids[-1]], True) for r in backwards]))
-        seq_slots = eng._batch_arrays[3]
-        assert [seq_slots[i][0] for i in range(eng._batch.n_tokens)] == sorted(ids.values())
+        # What llama.cpp reads: each token's seq_id pointer in the batch it was given.
+        assert [eng._batch.seq_id[i][0] for i in range(eng._batch.n_tokens)] == sorted(ids.values())
         eng.step(StepPlan(release=requests))
 
 

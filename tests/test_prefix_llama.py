@@ -77,6 +77,7 @@ def check_live_kv(loop: EngineLoop, engine) -> None:
             continue
         held = engine.lane_kv_positions()[engine_lane.seq_id] + 1
         assert held == lane.kv_tokens, f"request {lane.request.request_id}: KV {held}, accounted {lane.kv_tokens}"
+    assert engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
 
 
 def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, check=False, **config):
@@ -293,7 +294,7 @@ def test_split_kv_keeps_the_ids_in_use_within_the_width(arch_model_path):
 
         def recording(rows):
             out = fill(rows)
-            used.update(split._batch_arrays[3][i][0] for i in range(split._batch.n_tokens))
+            used.update(split._batch.seq_id[i][0] for i in range(split._batch.n_tokens))
             return out
 
         split._fill_batch = recording
