@@ -10,6 +10,7 @@ from runtime.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResul
 from runtime.request import RequestStatus
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
+from runtime.step_outcome import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +36,17 @@ class EngineLoop:
             return None
         result = self._run(plan)
         if result is None:
-            self.deliver()
             return None
         self.clock.advance(result.duration_s)
         result.duration_s = self.clock.now() - start
-        # A plan without rows only releases or caches sequences: nothing to fold back or plot but
-        # a sequence the engine could not keep.
-        stats = self.scheduler.update(plan, result, self.clock.now()) if plan.rows else None
-        if not plan.rows:
-            self.scheduler.apply_refusals(result)
-        self.deliver()
-        if stats is not None and self.on_stats is not None:
-            self.on_stats(stats)
-        return stats
+        outcome = self.scheduler.update(plan, result, self.clock.now())
+        self.deliver(outcome.outputs)
+        if outcome.stats is not None and self.on_stats is not None:
+            self.on_stats(outcome.stats)
+        return outcome.stats
 
-    def deliver(self) -> None:
-        for request, output in self.scheduler.take_outputs():
+    def deliver(self, outputs: list[Delivery]) -> None:
+        for request, output in outputs:
             if request.listener is not None:
                 try:
                     request.listener(output)
@@ -63,7 +59,7 @@ class EngineLoop:
         except KVCacheFull:
             # The engine keeps no part of a failed batch: make room and let the next step plan again.
             log.warning("engine found no KV slot for %d tokens; preempting", plan.num_tokens)
-            self.scheduler.handle_kv_full(self.clock.now())
+            self.deliver(self.scheduler.handle_kv_full(self.clock.now()))
             return None
         except EngineError as exc:
             log.error("engine step failed: %s", exc)

@@ -8,6 +8,7 @@ import pytest
 
 from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
+from runtime.engine import EngineCaps
 from runtime.engine_loop import EngineLoop
 from runtime.llama_engine import LlamaEngine
 from runtime.request import Request, RequestStatus, SamplingParams
@@ -24,8 +25,9 @@ def engine(arch_model_path):
 
 
 def make_loop(engine, **config) -> EngineLoop:
-    scheduler = Scheduler(SchedulerConfig(**config), kv_capacity=engine.kv_capacity, max_context=engine.max_context,
-                          max_step_tokens=engine.max_step_tokens, max_lanes=engine.max_lanes)
+    scheduler = Scheduler(SchedulerConfig(**config),
+                          EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
+                                     max_step_tokens=engine.max_step_tokens, max_lanes=engine.max_lanes))
     return EngineLoop(scheduler, engine, RealClock())
 
 
