@@ -3,15 +3,12 @@
 Lanes hold `used`: each occupied lane's computed tokens and padding rows, plus, on a hybrid model, a
 fixed recurrent state per sequence (`state_tokens`). Finished sequences kept for prefix reuse hold
 `cached`, read from the prefix cache's own counter. Every change to what a lane holds goes through
-`allocate` and `free`, so a check costs the same however many lanes there are; the scheduler asserts
-at the end of each step that `used` equals a fresh recount over its lanes.
+`allocate` and `free`, so a check costs the same however many lanes there are; the lane table
+(runtime.lanes) asserts at the end of each step that `used` equals a fresh recount over its lanes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from runtime.lanes import Lane
 from runtime.prefix_cache import PrefixCache
 
 
@@ -46,7 +43,3 @@ class KVBudget:
 
     def free(self, tokens: int) -> None:
         self.used -= tokens
-
-    def recount(self, lanes: Iterable[Lane]) -> int:
-        """What the lanes hold, summed afresh: the invariant `used` must equal."""
-        return sum(lane.kv_tokens + self.state_tokens for lane in lanes if lane.request is not None)

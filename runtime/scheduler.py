@@ -8,8 +8,8 @@ its own; it has `num_computed_tokens` catching up with `num_tokens`.
 
 The scheduler is sized by the engine's EngineCaps (runtime.engine) and holds its parts:
 - runtime.limits: what can ever run here (a config the engine holds, a request the budget holds);
-- runtime.lanes.Lane: one place in the batch's width;
 - runtime.kv_budget.KVBudget: the KV tokens it may hand out, with live counters of what is held;
+- runtime.lanes.LaneTable: the batch's width, which request each lane holds, and the KV that costs;
 - runtime.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
 - runtime.preemption: who gives up KV when evicting cached sequences is not enough;
 - a policy (runtime.policies, runtime.policy_registry), which reads a runtime.policy_view.SchedulerView
@@ -17,8 +17,8 @@ The scheduler is sized by the engine's EngineCaps (runtime.engine) and holds its
 - runtime.stats_builder: each step's StepStats; runtime.step_outcome: what the calls hand back.
 
 Requests that end between steps (abort, a lowered budget, an engine out of KV) are handed back by
-the call that ended them. At the end of every step the scheduler asserts that its KV counter equals
-a fresh recount and that the lane map holds exactly the occupied lanes.
+the call that ended them. At the end of every step it asserts its invariants: the KV counter equals
+a fresh recount, the lane map holds exactly the occupied lanes, no lane pads after its batch ended.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from runtime.agent_service import AgentService
 from runtime.config import SchedulerConfig
 from runtime.engine import EngineCaps, Row, RowKind, StepPlan, StepResult
 from runtime.kv_budget import KVBudget
-from runtime.lanes import Lane
+from runtime.lanes import Lane, LaneTable
 from runtime.limits import RequestRejected, check_fits, checked_config, unfit_after_change
 from runtime.policies import Policy
 from runtime.policy_registry import make_policy
@@ -61,16 +61,14 @@ class Scheduler:
         # Per-agent service, kept across policy switches: the agent-aware policies rank by it.
         self.service = AgentService()
         self.waiting: deque[Request] = deque()
-        self.lanes: list[Lane] = [Lane(i) for i in range(config.max_batch)]
         self.num_steps = 0
-        self._lane_of: dict[int, Lane] = {}
-        self._admissions = 0
         # Outputs of the call now running; every public call hands them back before it returns.
         self._outputs: list[Delivery] = []
         # 0 entries means the engine takes no prefix ops: no reuse at all.
         self.prefix_cache = PrefixCache(caps.max_cached_sequences)
         self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache)
         self.kv.limit = config.kv_budget
+        self.lanes = LaneTable(config.max_batch, self.kv)
         self.prefix = PrefixPlanner(self.prefix_cache, self.kv, caps, config)
         self.stats = StatsBuilder()
 
@@ -108,15 +106,15 @@ class Scheduler:
 
     @property
     def num_occupied_lanes(self) -> int:
-        return len(self._lane_of)
+        return self.lanes.num_occupied
 
     @property
     def num_running(self) -> int:
-        return sum(1 for lane in self.lanes if lane.is_live)
+        return self.lanes.num_running
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self._lane_of or self.prefix.has_releases)
+        return bool(self.waiting or self.lanes.of or self.prefix.has_releases)
 
     def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
         check_fits(num_prompt_tokens, max_tokens, self.caps, self.kv_budget)
@@ -131,7 +129,7 @@ class Scheduler:
     def abort(self, request_id: int, now: float, error: str | None = None) -> list[Delivery]:
         """Ends a request wherever it is; returns its last output (none when it is unknown or already done)."""
         status = RequestStatus.FINISHED_ERROR if error else RequestStatus.FINISHED_ABORTED
-        lane = self._lane_of.get(request_id)
+        lane = self.lanes.of.get(request_id)
         if lane is not None:
             if lane.is_live:
                 self._finish_in_lane(lane, status, now, error)
@@ -153,9 +151,7 @@ class Scheduler:
             log.info("policy %s -> %s at step %d", old.policy, config.policy, self.num_steps)
             self.policy = make_policy(config.policy)
             self._settle_padding()
-        while len(self.lanes) < config.max_batch:
-            self.lanes.append(Lane(len(self.lanes)))
-        self._trim_lanes()
+        self.lanes.resize(config.max_batch)
         self._fail_unfittable(now)
         if not config.prefix_cache:
             self.drop_prefix_cache()
@@ -193,7 +189,7 @@ class Scheduler:
     # -- planning ------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepPlan:
-        self._trim_lanes()
+        self.lanes.resize(self.config.max_batch)
         if self.prefix_cache and not self.reuse_enabled:
             self.drop_prefix_cache()
         # A lowered budget: cached sequences yield before anything is planned.
@@ -220,7 +216,7 @@ class Scheduler:
         """Admits waiting requests, in queue order, into free lanes while their prompts fit the KV left."""
         if not self.waiting:
             return
-        live = [lane for lane in self.lanes if lane.is_live]
+        live = self.lanes.live()
         # Admitted prompts are promised their KV; one token of headroom per live lane for its next decode.
         promised = len(live) + sum(lane.request.num_tokens - lane.request.num_computed_tokens for lane in live)
         state = self.kv.state_tokens
@@ -240,15 +236,9 @@ class Scheduler:
             if not self.kv.can_admit(need, promised):
                 break
             self.waiting.popleft()
+            self.lanes.occupy(lane, request)
             # Its state is held from now on; the rest of `need` is a promise until computed.
-            self.kv.allocate(state + request.num_computed_tokens)
             promised += need - state
-            self._admissions += 1
-            lane.request, lane.padding, lane.padding_tokens = request, False, 0
-            lane.prefix_checked = False
-            lane.admitted_seq = self._admissions
-            request.status = RequestStatus.RUNNING
-            self._lane_of[request.request_id] = lane
 
     def _plan_rows(self) -> list[Row]:
         while True:
@@ -331,7 +321,7 @@ class Scheduler:
         self.service.record_step(plan.rows, result, self.config.agent_weights)
         for request_id, error in result.errors.items():
             # A prefix op the engine could not apply fails its request even without a row.
-            lane = self._lane_of.get(request_id)
+            lane = self.lanes.of.get(request_id)
             if lane is not None and lane.is_live and all(r.request is not lane.request for r in plan.rows):
                 self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
         for row in plan.rows:
@@ -339,12 +329,13 @@ class Scheduler:
                 self._fold_row(row, result, now, tally)
         self._settle_padding()
         if __debug__:
-            self._check_invariants()
+            self.lanes.check()
+            assert self.policy.pads(self.view) or not self.lanes.num_padding, "a lane pads after its batch ended"
         return StepOutcome(self._take_outputs(), self.stats.build(tally, self, now, result.duration_s))
 
     def _fold_row(self, row: Row, result: StepResult, now: float, tally: StepTally) -> None:
         request = row.request
-        lane = self._lane_of[request.request_id]
+        lane = self.lanes.of[request.request_id]
         tally.lanes[lane.index] = _ROW_LANE_STATE[row.kind]
         if row.kind is RowKind.PADDING:
             tally.padding_rows += 1
@@ -388,23 +379,11 @@ class Scheduler:
         """Prefix ops the engine's memory could not do: their destinations recompute from position 0,
         and a finished sequence it could not keep leaves the cache."""
         for request_id, why in result.refused.items():
-            lane = self._lane_of.get(request_id)
+            lane = self.lanes.of.get(request_id)
             if lane is not None and lane.is_live:
                 self.stats.prefix_refused(lane.request.agent, self.prefix.recompute(lane.request, why))
             else:
                 self.prefix_cache.discard(request_id)
-
-    def _check_invariants(self) -> None:
-        held = occupied = 0
-        for lane in self.lanes:
-            if lane.request is not None:
-                occupied += 1
-                held += lane.kv_tokens + self.kv.state_tokens
-                assert self._lane_of.get(lane.request.request_id) is lane, "a lane's request is not in the lane map"
-        assert occupied == len(self._lane_of), "the lane map holds a request no lane holds"
-        assert held == self.kv.used, f"KV counter {self.kv.used} differs from a recount of {held}"
-        assert self.policy.pads(self.view) or not any(lane.padding for lane in self.lanes), \
-            "a lane pads after its batch ended"
 
     # -- lane and request endings -------------------------------------------------------------
 
@@ -412,7 +391,7 @@ class Scheduler:
                         new_token=None) -> None:
         self._finish(lane.request, status, now, error, new_token)
         if status is not RequestStatus.FINISHED_ERROR and self.policy.pads(self.view):
-            lane.padding = True
+            self.lanes.pad(lane)
         else:
             self._release_lane(lane, cache=True)
 
@@ -434,15 +413,14 @@ class Scheduler:
 
     def _release_lane(self, lane: Lane, cache: bool = False) -> None:
         """Frees the lane; a finished request's KV goes to the prefix cache when `cache` and reuse allow."""
-        request = lane.request
-        if request is not None:
-            self._lane_of.pop(request.request_id, None)
-            self.kv.free(lane.kv_tokens + self.kv.state_tokens)
-            if cache and self.reuse_enabled and request.status in _CACHEABLE:
-                self.prefix.keep(request, padded=lane.padding_tokens > 0)
-            else:
-                self.prefix.release(request)
-        lane.request, lane.padding, lane.padding_tokens = None, False, 0
+        padded = lane.padding_tokens > 0
+        request = self.lanes.vacate(lane)
+        if request is None:
+            return
+        if cache and self.reuse_enabled and request.status in _CACHEABLE:
+            self.prefix.keep(request, padded=padded)
+        else:
+            self.prefix.release(request)
 
     def _settle_padding(self) -> None:
         """Finished lanes pad only while the policy says so: a static batch ends with its last live sequence."""
@@ -451,13 +429,11 @@ class Scheduler:
 
     def _end_padding(self) -> None:
         """A static batch ended: its finished lanes' KV goes to the prefix cache (or is released)."""
+        if not self.lanes.num_padding:
+            return
         for lane in self.lanes:
             if lane.padding:
                 self._release_lane(lane, cache=True)
-
-    def _trim_lanes(self) -> None:
-        while len(self.lanes) > self.config.max_batch and self.lanes[-1].request is None:
-            self.lanes.pop()
 
     def _fail_unfittable(self, now: float) -> None:
         for request in list(self.waiting):
@@ -465,7 +441,7 @@ class Scheduler:
             if why is not None:
                 self.waiting.remove(request)
                 self._finish(request, RequestStatus.FINISHED_ERROR, now, why)
-        for lane in [lane for lane in self.lanes if lane.is_live]:
+        for lane in self.lanes.live():
             why = unfit_after_change(lane.request, self.caps, self.kv_budget)
             if why is not None:
                 self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, why)

@@ -106,6 +106,16 @@ def test_a_cancelled_request_frees_its_kv(engine):
     assert_no_leaks(loop, engine)
 
 
+def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
+    caps = engine.caps
+    assert (caps.max_context, caps.max_step_tokens, caps.max_lanes) == (2048, 256, 8)
+    # Hybrid models resume only at checkpoints; attention models at any prefix.
+    assert (caps.checkpoints is None) == (engine.memory_kind == "attention")
+    assert caps.copies_prefixes == engine.kv_unified and caps.turn_end_tokens
+    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=8), engine)
+    assert scheduler.kv_budget == engine.kv_capacity and scheduler.prefix_cache.max_entries == caps.max_cached_sequences
+
+
 def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):
     loop = make_loop(engine)
     too_long = Request(engine.tokenize("hello world " * 2000), SamplingParams(max_tokens=4))
