@@ -1,4 +1,4 @@
-"""What can ever run here, checked in one place: a config the engine can hold, a request the context and KV budget can."""
+"""What can ever run here, checked in one place: a config the engine holds, a request its context and budget hold."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ The scheduler is sized by the engine's EngineCaps (runtime.engine) and holds its
 - runtime.limits: what can ever run here (a config the engine holds, a request the budget holds);
 - runtime.kv_budget.KVBudget: the KV tokens it may hand out, with live counters of what is held;
 - runtime.lanes.LaneTable: the batch's width, which request each lane holds, and the KV that costs;
+- runtime.admission: waiting requests into free lanes while the budget holds their prompts;
 - runtime.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
 - runtime.preemption: who gives up KV when evicting cached sequences is not enough;
 - a policy (runtime.policies, runtime.policy_registry), which reads a runtime.policy_view.SchedulerView
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from runtime.admission import fill_free_lanes
 from runtime.agent_service import AgentService
 from runtime.config import SchedulerConfig
 from runtime.engine import EngineCaps, Row, RowKind, StepPlan, StepResult
@@ -39,8 +41,6 @@ from runtime.prefix_cache import PrefixCache
 from runtime.prefix_planner import PrefixPlanner
 from runtime.preemption import pick_victim
 from runtime.request import Request, RequestOutput, RequestStatus
-from runtime.resume import Resumption
-from runtime.stats import LANE_DECODE, LANE_PADDING, LANE_PREFILL
 from runtime.stats_builder import StatsBuilder, StepTally
 from runtime.step_outcome import Delivery, StepOutcome
 
@@ -49,7 +49,6 @@ __all__ = ["RequestRejected", "Scheduler"]
 log = logging.getLogger(__name__)
 
 _CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
-_ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, RowKind.PADDING: LANE_PADDING}
 
 
 class Scheduler:
@@ -95,10 +94,6 @@ class Scheduler:
     @property
     def reuse_enabled(self) -> bool:
         return self.prefix.reuse_enabled
-
-    @property
-    def resumption(self) -> Resumption | None:
-        return self.prefix.resumption
 
     @property
     def num_evictions(self) -> int:
@@ -210,48 +205,26 @@ class Scheduler:
             self.waiting.clear()
             self.waiting.extend(admission.order)
         if admission.enter:
-            self._fill_free_lanes()
-
-    def _fill_free_lanes(self) -> None:
-        """Admits waiting requests, in queue order, into free lanes while their prompts fit the KV left."""
-        if not self.waiting:
-            return
-        live = self.lanes.live()
-        # Admitted prompts are promised their KV; one token of headroom per live lane for its next decode.
-        promised = len(live) + sum(lane.request.num_tokens - lane.request.num_computed_tokens for lane in live)
-        state = self.kv.state_tokens
-        for lane in self.lanes[: self.config.max_batch]:
-            if not self.waiting:
-                break
-            if lane.request is not None:
-                continue
-            request = self.waiting[0]
-            need = request.num_tokens + 1 + state
-            # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed.
-            adopt = self.prefix.adoptable(request)
-            if adopt is not None:
-                need -= adopt.num_tokens + state
-            while not self.kv.can_admit(need, promised) and self.prefix.evict_one(keep=adopt):
-                pass
-            if not self.kv.can_admit(need, promised):
-                break
-            self.waiting.popleft()
-            self.lanes.occupy(lane, request)
-            # Its state is held from now on; the rest of `need` is a promise until computed.
-            promised += need - state
+            fill_free_lanes(self.waiting, self.lanes, self.kv, self.prefix, self.config.max_batch)
 
     def _plan_rows(self) -> list[Row]:
+        rows = self._one_token_rows()
+        rows += self._prompt_chunks(planned=len(rows))
+        if not rows and self.num_running and self._preempt_one():
+            return self._plan_rows()
+        return rows
+
+    def _one_token_rows(self) -> list[Row]:
+        """A row for every decoding and padding lane the KV left can carry (the policy picks, if not all)."""
         while True:
-            one_token_lanes = [
-                lane for lane in self.lanes if lane.request and (lane.padding or lane.request.is_decoding)
-            ]
+            lanes = [lane for lane in self.lanes if lane.request and (lane.padding or lane.request.is_decoding)]
             free = self.kv.free_tokens
-            if len(one_token_lanes) <= free:
+            if len(lanes) <= free:
                 break
             if not self.prefix.evict_one() and (self.policy.pauses_lanes or not self._preempt_one()):
                 break
         rows: list[Row] = []
-        for lane in self.policy.lanes_to_run(self.view, one_token_lanes, max(free, 0)):
+        for lane in self.policy.lanes_to_run(self.view, lanes, max(free, 0)):
             request = lane.request
             if lane.padding:
                 position = request.num_computed_tokens + lane.padding_tokens
@@ -259,8 +232,12 @@ class Scheduler:
             else:
                 start = request.num_computed_tokens
                 rows.append(Row(request, RowKind.DECODE, start, request.token_ids[start:], sample=True))
-        budget = min(self.config.prefill_chunk, self.caps.max_step_tokens - len(rows))
-        planned = len(rows)
+        return rows
+
+    def _prompt_chunks(self, planned: int) -> list[Row]:
+        """Prompt chunks within the prefill budget and the KV left, a prompt's first one after its prefix lookup."""
+        rows: list[Row] = []
+        budget = min(self.config.prefill_chunk, self.caps.max_step_tokens - planned)
         prefilling = self.policy.prefill_order(self.view, sorted(
             (lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
             key=lambda lane: lane.admitted_seq,
@@ -288,8 +265,6 @@ class Scheduler:
             budget -= n
             planned += n
             computing.append(request)
-        if not rows and self.num_running and self._preempt_one():
-            return self._plan_rows()
         return rows
 
     def _preempt_one(self) -> bool:
@@ -336,17 +311,11 @@ class Scheduler:
     def _fold_row(self, row: Row, result: StepResult, now: float, tally: StepTally) -> None:
         request = row.request
         lane = self.lanes.of[request.request_id]
-        tally.lanes[lane.index] = _ROW_LANE_STATE[row.kind]
+        tally.count(row, lane.index)
         if row.kind is RowKind.PADDING:
-            tally.padding_rows += 1
             lane.padding_tokens += 1
             self.kv.allocate(1)
             return
-        if row.kind is RowKind.DECODE:
-            tally.decode_rows += 1
-        else:
-            tally.prefill_rows += 1
-            tally.prefill_tokens += len(row.tokens)
         error = result.errors.get(request.request_id)
         if error is not None:
             self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
@@ -373,7 +342,8 @@ class Scheduler:
         elif request.num_output_tokens >= request.sampling.max_tokens or request.num_tokens >= self.caps.max_context:
             self._finish_in_lane(lane, RequestStatus.FINISHED_LENGTH, now, None, new_token=sample)
         else:
-            self._outputs.append(Delivery(request, RequestOutput(request.request_id, [sample.token], sample.text, False)))
+            output = RequestOutput(request.request_id, [sample.token], sample.text, False)
+            self._outputs.append(Delivery(request, output))
 
     def _apply_refusals(self, result: StepResult) -> None:
         """Prefix ops the engine's memory could not do: their destinations recompute from position 0,

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime.engine import Row, RowKind
 from runtime.request import Request, RequestStatus
-from runtime.stats import LANE_EMPTY, LANE_STALLED, StepStats
+from runtime.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
 
 if TYPE_CHECKING:
     from runtime.lanes import Lane
     from runtime.scheduler import Scheduler
 
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+_ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, RowKind.PADDING: LANE_PADDING}
 
 
 class StepTally:
@@ -30,6 +32,16 @@ class StepTally:
         self.decode_rows = self.prefill_rows = self.prefill_tokens = self.padding_rows = self.useful = 0
         self.ttft: list[tuple[str, float]] = []
         self.itl: list[tuple[str, float]] = []
+
+    def count(self, row: Row, lane_index: int) -> None:
+        self.lanes[lane_index] = _ROW_LANE_STATE[row.kind]
+        if row.kind is RowKind.PADDING:
+            self.padding_rows += 1
+        elif row.kind is RowKind.DECODE:
+            self.decode_rows += 1
+        else:
+            self.prefill_rows += 1
+            self.prefill_tokens += len(row.tokens)
 
 
 class StatsBuilder:
@@ -64,7 +76,7 @@ class StatsBuilder:
         self._prefix_agents = {}
         lanes = "".join(tally.lanes)
         live = tally.decode_rows + tally.prefill_rows + lanes.count(LANE_STALLED)
-        checkpoints = sched.resumption.checkpoints if sched.resumption is not None else None
+        checkpoints = sched.caps.checkpoints
         return StepStats(
             index=sched.num_steps,
             time=now,

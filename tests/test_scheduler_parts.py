@@ -33,7 +33,7 @@ def test_an_engine_publishes_its_caps_and_the_scheduler_is_sized_by_them():
     assert caps.turn_end_tokens == engine.turn_end_tokens
     scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=16), engine)
     assert scheduler.caps == caps and scheduler.kv_budget == engine.kv_capacity
-    assert scheduler.prefix_cache.max_entries == 5 and scheduler.resumption is not None
+    assert scheduler.prefix_cache.max_entries == 5 and scheduler.prefix.resumption is not None
     with pytest.raises(ValueError, match="exceeds the engine's 16 lanes"):
         Scheduler.for_engine(SchedulerConfig(max_batch=17), engine)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -163,4 +163,4 @@ def test_the_fit_asks_each_policy_for_its_prediction():
 def test_caps_defaults_describe_an_engine_without_prefix_reuse():
     caps = EngineCaps(kv_capacity=64, max_context=32)
     scheduler = Scheduler(SchedulerConfig(max_batch=2), caps)
-    assert not scheduler.reuse_enabled and scheduler.resumption is None and scheduler.kv_budget == 64
+    assert not scheduler.reuse_enabled and scheduler.prefix.resumption is None and scheduler.kv_budget == 64
