@@ -1,9 +1,10 @@
 """Finished sequences whose KV stays resident, found again by the longest common token prefix.
 
 The scheduler owns one PrefixCache; the prefix planner (runtime.prefix_planner) decides what goes
-in and what comes out, and the KV budget (runtime.kv_budget) reads its token count. Each entry names a finished request (the handle the engine
-knows its sequence by) and the tokens that sequence holds at positions 0..n-1. Entries are kept in
-least-recently-used order and evicted from the cold end whenever live sequences need the room.
+in and what comes out, and the KV budget (runtime.kv_budget) reads its token count. Each entry
+names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
+holds at positions 0..n-1. Entries are kept in least-recently-used order and evicted from the cold
+end whenever live sequences need the room.
 
 Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
 sequences' computed tokens, which the planner passes in) with one numpy comparison each. With at
