@@ -299,35 +299,36 @@ class Scheduler:
             lane = self.lanes.of.get(request_id)
             if lane is not None and lane.is_live and all(r.request is not lane.request for r in plan.rows):
                 self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
-        for row in plan.rows:
-            if row.request.request_id not in result.refused:
-                self._fold_row(row, result, now, tally)
+        rows = [row for row in plan.rows if row.request.request_id not in result.refused]
+        tally.count(rows, self.lanes.of)
+        # Allocated once the rows are folded: nothing reads the budget meanwhile, and a lane that
+        # ends frees what it holds, this step's tokens included.
+        self.kv.allocate(sum(self._fold_row(row, result, now, tally) for row in rows))
         self._settle_padding()
         if __debug__:
             self.lanes.check()
             assert self.policy.pads(self.view) or not self.lanes.num_padding, "a lane pads after its batch ended"
         return StepOutcome(self._take_outputs(), self.stats.build(tally, self, now, result.duration_s))
 
-    def _fold_row(self, row: Row, result: StepResult, now: float, tally: StepTally) -> None:
+    def _fold_row(self, row: Row, result: StepResult, now: float, tally: StepTally) -> int:
+        """Folds one row back into its request; returns the KV tokens its lane gained."""
         request = row.request
         lane = self.lanes.of[request.request_id]
-        tally.count(row, lane.index)
         if row.kind is RowKind.PADDING:
             lane.padding_tokens += 1
-            self.kv.allocate(1)
-            return
+            return 1
         error = result.errors.get(request.request_id)
         if error is not None:
             self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
-            return
-        request.num_computed_tokens += len(row.tokens)
-        self.kv.allocate(len(row.tokens))
+            return 0
+        computed = len(row.tokens)
+        request.num_computed_tokens += computed
         if not row.sample:
-            return
+            return computed
         sample = result.samples.get(request.request_id)
         if sample is None:
             self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, "the engine returned no token")
-            return
+            return computed
         tally.useful += 1
         if request.first_token_time is None:
             request.first_token_time = now
@@ -343,7 +344,8 @@ class Scheduler:
             self._finish_in_lane(lane, RequestStatus.FINISHED_LENGTH, now, None, new_token=sample)
         else:
             output = RequestOutput(request.request_id, [sample.token], sample.text, False)
-            self._outputs.append(Delivery(request, output))
+            self._outputs.append((request, output))
+        return computed
 
     def _apply_refusals(self, result: StepResult) -> None:
         """Prefix ops the engine's memory could not do: their destinations recompute from position 0,
@@ -374,7 +376,7 @@ class Scheduler:
         self.stats.ended(request, now)
         tokens, text = ([new_token.token], new_token.text) if new_token else ([], "")
         self._outputs.append(
-            Delivery(request, RequestOutput(request.request_id, tokens, text, True, status.finish_reason, error))
+            (request, RequestOutput(request.request_id, tokens, text, True, status.finish_reason, error))
         )
 
     def _take_outputs(self) -> list[Delivery]:

@@ -33,15 +33,17 @@ class StepTally:
         self.ttft: list[tuple[str, float]] = []
         self.itl: list[tuple[str, float]] = []
 
-    def count(self, row: Row, lane_index: int) -> None:
-        self.lanes[lane_index] = _ROW_LANE_STATE[row.kind]
-        if row.kind is RowKind.PADDING:
-            self.padding_rows += 1
-        elif row.kind is RowKind.DECODE:
-            self.decode_rows += 1
-        else:
-            self.prefill_rows += 1
-            self.prefill_tokens += len(row.tokens)
+    def count(self, rows: list[Row], lane_of: dict[int, Lane]) -> None:
+        """The rows about to be folded back, counted while their lanes still hold them."""
+        for row in rows:
+            self.lanes[lane_of[row.request.request_id].index] = _ROW_LANE_STATE[row.kind]
+            if row.kind is RowKind.PADDING:
+                self.padding_rows += 1
+            elif row.kind is RowKind.DECODE:
+                self.decode_rows += 1
+            else:
+                self.prefill_rows += 1
+                self.prefill_tokens += len(row.tokens)
 
 
 class StatsBuilder:

@@ -7,15 +7,12 @@ between steps (abort, reconfigure, fail_unqueued, handle_kv_full) return their d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from runtime.request import Request, RequestOutput
 from runtime.stats import StepStats
 
-
-class Delivery(NamedTuple):
-    request: Request
-    output: RequestOutput
+# An output and the request whose listener hears it (a plain tuple: one is made per token).
+Delivery = tuple[Request, RequestOutput]
 
 
 @dataclass(slots=True)

@@ -50,7 +50,7 @@ class Harness:
         """Aborts through the scheduler and tells the listeners; returns the requests it ended."""
         outputs = self.scheduler.abort(request.request_id, self.clock.now())
         self.loop.deliver(outputs)
-        return [d.request for d in outputs]
+        return [request for request, _ in outputs]
 
     def reconfigure(self, **changes) -> None:
         self.loop.deliver(self.scheduler.reconfigure(self.scheduler.config.with_changes(**changes), self.clock.now()))

@@ -61,13 +61,13 @@ def test_update_returns_the_steps_outputs_and_record_and_keeps_nothing_back():
     outcome = h.scheduler.update(plan, h.engine.step(plan), h.clock.now())
     assert isinstance(outcome, StepOutcome) and isinstance(outcome.stats, StepStats)
     assert outcome.stats.index == 1 and outcome.stats.useful_tokens == 2
-    by_request = {d.request.request_id: d.output for d in outcome.outputs}
+    by_request = {request.request_id: output for request, output in outcome.outputs}
     assert set(by_request) == {first.request_id, second.request_id}
     assert not by_request[first.request_id].finished
     assert by_request[second.request_id].finish_reason == "length"
     # Nothing was stashed: the next call hands back only what it did itself.
     ended = h.scheduler.abort(first.request_id, h.clock.now())
-    assert [(d.request, d.output.finish_reason) for d in ended] == [(first, "abort")]
+    assert [(request, output.finish_reason) for request, output in ended] == [(first, "abort")]
     plan = h.scheduler.schedule(h.clock.now())
     assert h.scheduler.update(plan, h.engine.step(plan), h.clock.now()).outputs == []
 
@@ -143,7 +143,7 @@ def test_the_engine_running_out_of_kv_preempts_the_policys_victim_and_fails_only
     assert high.status is RequestStatus.RUNNING
     h.scheduler.abort(low.request_id, h.clock.now())
     ended = h.scheduler.handle_kv_full(h.clock.now())
-    assert [(d.request, d.output.finish_reason) for d in ended] == [(high, "error")]
+    assert [(request, output.finish_reason) for request, output in ended] == [(high, "error")]
     assert "ran out of KV" in high.error
 
 
