@@ -77,9 +77,6 @@ class PrefixCache:
     def __iter__(self) -> Iterator[CacheEntry]:
         return iter(self._entries.values())
 
-    def __contains__(self, entry: CacheEntry) -> bool:
-        return self._entries.get(entry.handle.request_id) is entry
-
     def get(self, handle: Request) -> CacheEntry | None:
         return self._entries.get(handle.request_id)
 
