@@ -15,7 +15,7 @@ from runtime.clock import RealClock, VirtualClock
 from runtime.closed_loop import RunResult, run_closed_loop
 from runtime.config import SchedulerConfig
 from runtime.policy_registry import BATCHING_POLICY_NAMES, POLICY_NAMES
-from runtime.engine import Sample, StepPlan, StepResult
+from runtime.engine import EngineCaps, Sample, StepPlan, StepResult
 from runtime.fit import StepLine, fit_step_line, predicted_tok_s
 from runtime.modeled_engine import ModeledEngine
 from runtime.request import Request, SamplingParams
@@ -263,19 +263,15 @@ class _InstantEngine:
     """Computes nothing in no time, so only the scheduler's own work is measured."""
 
     name = "instant"
-    kv_capacity = 1 << 30
-    max_context = 1 << 20
-    max_step_tokens = 1 << 20
-    max_lanes = 256
-    max_cached_sequences = 0
+    caps = EngineCaps(kv_capacity=1 << 30, max_context=1 << 20)
 
     def step(self, plan: StepPlan) -> StepResult:
         return StepResult({r.request.request_id: Sample(1) for r in plan.rows if r.sample}, 0.0)
 
 
 def run_overhead(args: argparse.Namespace) -> int:
-    scheduler = Scheduler(SchedulerConfig(max_batch=args.lanes), kv_capacity=1 << 30, max_context=1 << 20)
     engine = _InstantEngine()
+    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=args.lanes), engine)
     for _ in range(args.lanes):
         scheduler.add(Request([1] * 32, SamplingParams(max_tokens=args.steps + 1000)), 0.0)
     timings = []
@@ -286,7 +282,6 @@ def run_overhead(args: argparse.Namespace) -> int:
         result = engine.step(plan)
         t2 = time.perf_counter()
         scheduler.update(plan, result, float(i))
-        scheduler.take_outputs()
         t3 = time.perf_counter()
         if i >= 50:  # skip the prefill steps and warm-up
             timings.append((t1 - t0) + (t3 - t2))

@@ -100,8 +100,7 @@ def run_critical_path(
             clock.wait_until(wake)
     seconds = clock.now() - started
     for request_id in list(open_requests):
-        scheduler.abort(request_id, clock.now())
-    loop.deliver()
+        loop.deliver(scheduler.abort(request_id, clock.now()))
     # The next run on this engine must start clean.
     scheduler.drop_prefix_cache()
     while scheduler.has_work and loop.step() is not None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.request import Request
+
+if TYPE_CHECKING:
+    from runtime.checkpoints import CheckpointStore
 
 
 class RowKind(enum.IntEnum):
@@ -90,6 +93,33 @@ class StepResult:
     refused: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass(slots=True, frozen=True)
+class EngineCaps:
+    """What an engine can hold and do, published as `engine.caps`; the scheduler is sized by it."""
+
+    # Most KV tokens all sequences together may hold.
+    kv_capacity: int
+    # Longest sequence (prompt plus output) one request may reach.
+    max_context: int
+    # Most tokens one step may carry (llama.cpp's n_batch).
+    max_step_tokens: int = 1 << 30
+    # Most live sequences a step may hold (llama.cpp's n_seq_max, less the cached ones).
+    max_lanes: int = 256
+    # Most finished sequences kept resident beside the live ones for prefix reuse (0: no prefix_ops).
+    max_cached_sequences: int = 0
+    # Live plus cached sequences held at once, where they share one pool of ids (None: no shared pool).
+    max_sequences: int | None = None
+    # Whether a prefix can be copied into a new sequence (False: llama.cpp's split KV only adopts).
+    copies_prefixes: bool = True
+    # A hybrid or recurrent model's checkpoint store: a sequence resumes only at its own end or at a
+    # checkpoint held there, and the engine keeps one after every row marked `checkpoint`. None: attention.
+    checkpoints: CheckpointStore | None = None
+    # A fixed recurrent state per sequence held, in KV-token equivalents, charged to the KV budget.
+    sequence_state_tokens: int = 0
+    # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
+    turn_end_tokens: frozenset[int] = frozenset()
+
+
 class EngineLoadError(RuntimeError):
     """An engine could not be built: a missing or corrupt model file, or settings it cannot run with."""
 
@@ -104,20 +134,12 @@ class KVCacheFull(EngineError):
 
 class Engine(Protocol):
     name: str
-    # Most KV tokens all sequences together may hold.
+    # What it can hold and do; the first four figures are also plain attributes, for the panel and the CLI.
+    caps: EngineCaps
     kv_capacity: int
-    # Longest sequence (prompt plus output) one request may reach.
     max_context: int
-    # Most tokens one step may carry (llama.cpp's n_batch).
     max_step_tokens: int
-    # Most sequences a step may hold (llama.cpp's n_seq_max).
     max_lanes: int
-    # Most finished sequences the engine keeps resident beside the live ones for prefix reuse
-    # (0: the engine takes no prefix_ops; read with getattr, default 0, for older engines).
-    max_cached_sequences: int
-    # Optional, read with getattr (default None): `checkpoints`, the runtime.checkpoints.CheckpointStore
-    # of a hybrid or recurrent model. Where present, a sequence resumes only at its own end or at a
-    # checkpoint the store holds, and the engine keeps one after every row marked `checkpoint`.
 
     def step(self, plan: StepPlan) -> StepResult: ...
 

@@ -16,6 +16,7 @@ from runtime.output_processor import OutputProcessor
 from runtime.request import Request, RequestOutput, RequestStatus
 from runtime.scheduler import Scheduler
 from runtime.stats import StepStats
+from runtime.step_outcome import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +45,18 @@ class EngineLoop:
             return None
         result = self._run(plan)
         if result is None:
-            self.deliver()
             return None
         self.clock.advance(result.duration_s)
         result.duration_s = self.clock.now() - start
         self.output.process(plan, result)
-        # A plan without rows only releases or caches sequences: nothing to fold back or plot but
-        # a sequence the engine could not keep.
-        stats = self.scheduler.update(plan, result, self.clock.now()) if plan.rows else None
-        if not plan.rows:
-            self.scheduler.apply_refusals(result)
+        outcome = self.scheduler.update(plan, result, self.clock.now())
         # Figures before outputs: whoever has a request's last token finds its latencies counted.
-        if stats is not None and self.on_stats is not None:
-            self.on_stats(stats)
-        self.deliver()
-        return stats
+        if outcome.stats is not None and self.on_stats is not None:
+            self.on_stats(outcome.stats)
+        self.deliver(outcome.outputs)
+        return outcome.stats
 
-    def deliver(self) -> None:
-        outputs = self.scheduler.take_outputs()
+    def deliver(self, outputs: list[Delivery]) -> None:
         if not outputs:
             return
         for request, output in outputs:
@@ -84,7 +79,7 @@ class EngineLoop:
         except KVCacheFull:
             # The engine keeps no part of a failed batch: make room and let the next step plan again.
             log.warning("engine found no KV slot for %d tokens; preempting", plan.num_tokens)
-            self.scheduler.handle_kv_full(self.clock.now())
+            self.deliver(self.scheduler.handle_kv_full(self.clock.now()))
             return None
         except EngineError as exc:
             log.error("engine step failed: %s", exc)

@@ -18,6 +18,7 @@ from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
 from runtime.engine import Engine
 from runtime.engine_loop import EngineLoop
+from runtime.limits import checked_config
 from runtime.metrics import MetricsAggregator
 from runtime.request import Request, RequestOutput
 from runtime.scheduler import Scheduler
@@ -152,9 +153,7 @@ class EngineThread:
     def reconfigure(self, **changes: object) -> SchedulerConfig:
         """Validates at once (raising ValueError) and applies at the next step boundary."""
         with self._lock:
-            config = self._requested_config.with_changes(**changes)
-            if config.max_batch > self.engine.max_lanes:
-                raise ValueError(f"max_batch {config.max_batch} exceeds the engine's {self.engine.max_lanes} lanes")
+            config = checked_config(self._requested_config.with_changes(**changes), self.scheduler.caps)
             self._requested_config = config
             self._inbox.append(("config", config, self.clock.now()))
         self._wake.set()
@@ -175,20 +174,21 @@ class EngineThread:
             inbox, self._inbox = self._inbox, []
             self._wake.clear()
         now = self.clock.now()
+        outputs = []
         for kind, item, posted in inbox:
             try:
                 if kind == "add":
                     self._enqueue(item, posted)
                 elif kind == "abort":
-                    self.scheduler.abort(item, now)
+                    outputs += self.scheduler.abort(item, now)
                 else:
-                    self.scheduler.reconfigure(item, now)
+                    outputs += self.scheduler.reconfigure(item, now)
             except ValueError as exc:
                 if kind == "add":
-                    self.scheduler.fail_unqueued(item, now, str(exc))
+                    outputs += self.scheduler.fail_unqueued(item, now, str(exc))
                 else:
                     log.warning("ignored %s: %s", kind, exc)
-        self.loop.deliver()
+        self.loop.deliver(outputs)
 
     def _enqueue(self, request: Request, posted: float) -> None:
         """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""
@@ -231,10 +231,9 @@ class EngineThread:
         now = self.clock.now()
         ids = [lane.request.request_id for lane in self.scheduler.lanes if lane.is_live]
         ids += [request.request_id for request in self.scheduler.waiting]
-        for request_id in ids:
-            self.scheduler.abort(request_id, now, error=message)
+        outputs = [out for request_id in ids for out in self.scheduler.abort(request_id, now, error=message)]
         self.scheduler.end_batch()
-        self.loop.deliver()
+        self.loop.deliver(outputs)
         self._publish()
 
     def _publish(self) -> None:

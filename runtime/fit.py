@@ -1,10 +1,12 @@
-"""The step line t(B) = a + b*B, fitted from observed decode steps."""
+"""The step line t(B) = a + b*B, fitted from observed decode steps, and what it predicts for a policy."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
+
+from runtime.policy_registry import POLICIES
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,24 +54,6 @@ def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
 
 
 def predicted_tok_s(policy: str, lengths_by_round: list[list[int]], line: StepLine) -> float:
-    """What a step line says a policy yields when each round puts one request per lane together.
-
-    The article's arithmetic: decode steps only, prefill and KV reads ignored. A naive round runs
-    max(lengths) steps at full width; a shrinking round steps down in width as each lane ends;
-    continuous holds the full width throughout (right when every lane's total work is equal).
-    """
-    useful = sum(sum(r) for r in lengths_by_round)
-    width = len(lengths_by_round[0])
-    if policy == "continuous":
-        return line.ceiling_tok_s(width)
-    ms = 0.0
-    for lengths in lengths_by_round:
-        ordered = sorted(lengths)
-        if policy == "naive":
-            ms += ordered[-1] * line.step_ms(width)
-            continue
-        done = 0
-        for i, n in enumerate(ordered):
-            ms += (n - done) * line.step_ms(width - i)
-            done = n
-    return useful / (ms / 1e3)
+    """What a step line says a policy yields when each round puts one request per lane together;
+    each policy carries its own arithmetic (Policy.predicted_tok_s)."""
+    return POLICIES[policy].predicted_tok_s(lengths_by_round, line)

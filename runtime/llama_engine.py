@@ -34,6 +34,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from runtime.demo_model import CHAT_TEMPLATE
 from runtime.engine import (
+    EngineCaps,
     EngineError,
     EngineLoadError,
     KVCacheFull,
@@ -238,6 +239,12 @@ class LlamaEngine:
         return facts
 
     # ----- Engine protocol -----
+
+    @property
+    def caps(self) -> EngineCaps:
+        return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
+                          self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
+                          self.sequence_state_tokens, self.turn_end_tokens)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from runtime.checkpoints import CheckpointStore
-from runtime.engine import PrefixOpKind, RowKind, Sample, StepPlan, StepResult
+from runtime.engine import EngineCaps, PrefixOpKind, RowKind, Sample, StepPlan, StepResult
 from runtime.profiles import RX_9070_XT_QWEN35_9B, CardProfile
 
 BOS_ID = 1
@@ -66,6 +66,12 @@ class ModeledEngine:
         self.checkpoints = CheckpointStore(checkpoint_budget_bytes) if profile.recurrent_state_bytes else None
         self.sequence_state_tokens = profile.state_tokens_per_sequence
         self.turn_end_tokens = frozenset({IM_END_ID})
+
+    @property
+    def caps(self) -> EngineCaps:
+        return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
+                          self.max_cached_sequences, checkpoints=self.checkpoints,
+                          sequence_state_tokens=self.sequence_state_tokens, turn_end_tokens=self.turn_end_tokens)
 
     def step(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()

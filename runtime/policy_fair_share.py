@@ -16,8 +16,8 @@ from runtime.agent_service import OUTPUT_WEIGHT, PROMPT_WEIGHT
 from runtime.policy_ranked import RankedPolicy
 
 if TYPE_CHECKING:
+    from runtime.policy_view import SchedulerView
     from runtime.request import Request
-    from runtime.scheduler import Scheduler
 
 
 class FairSharePolicy(RankedPolicy):
@@ -27,10 +27,10 @@ class FairSharePolicy(RankedPolicy):
                "one agent flooding requests cannot take the card.")
     colour = "#5aa9e6"
 
-    def rank(self, sched: Scheduler, request: Request) -> float:
-        return sched.service.virtual[request.agent]
+    def rank(self, view: SchedulerView, request: Request) -> float:
+        return view.virtual(request.agent)
 
-    def queue_order(self, sched: Scheduler, waiting: list[Request]) -> list[Request]:
+    def queue_order(self, view: SchedulerView, waiting: list[Request]) -> list[Request]:
         """Least counter first, each admission raising its agent's counter by what the request may cost.
 
         The projection only orders this one pass (the real counters move as tokens are served), so an
@@ -39,8 +39,8 @@ class FairSharePolicy(RankedPolicy):
         queues: dict[str, deque[Request]] = defaultdict(deque)
         for request in waiting:
             queues[request.agent].append(request)
-        weights = sched.config.agent_weights
-        heap = [(self.rank(sched, q[0]), k, agent) for k, (agent, q) in enumerate(queues.items())]
+        weights = view.config.agent_weights
+        heap = [(self.rank(view, q[0]), k, agent) for k, (agent, q) in enumerate(queues.items())]
         heapq.heapify(heap)
         ordered = []
         while heap:

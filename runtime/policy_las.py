@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from runtime.policy_ranked import RankedPolicy
 
 if TYPE_CHECKING:
+    from runtime.policy_view import SchedulerView
     from runtime.request import Request
-    from runtime.scheduler import Scheduler
 
 
 class LeastAttainedServicePolicy(RankedPolicy):
@@ -25,5 +25,5 @@ class LeastAttainedServicePolicy(RankedPolicy):
                "PLAS): shortens a coordinator's critical path; heavy agents pause under KV pressure.")
     colour = "#b39ddb"
 
-    def rank(self, sched: Scheduler, request: Request) -> float:
-        return sched.service.attained[request.agent]
+    def rank(self, view: SchedulerView, request: Request) -> float:
+        return view.attained(request.agent)

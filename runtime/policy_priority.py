@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from runtime.policy_ranked import RankedPolicy
 
 if TYPE_CHECKING:
+    from runtime.policy_view import SchedulerView
     from runtime.request import Request
-    from runtime.scheduler import Scheduler
 
 
 class PriorityPolicy(RankedPolicy):
@@ -22,7 +22,7 @@ class PriorityPolicy(RankedPolicy):
                "(the agents table, PUT /v1/scheduler agent_priorities).")
     colour = "#ef8fb3"
 
-    def rank(self, sched: Scheduler, request: Request) -> int:
+    def rank(self, view: SchedulerView, request: Request) -> int:
         if request.priority is not None:
             return request.priority
-        return sched.config.agent_priorities.get(request.agent, 0)
+        return view.config.agent_priorities.get(request.agent, 0)

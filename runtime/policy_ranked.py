@@ -12,37 +12,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.policies import ContinuousPolicy
+from runtime.policies import IN_QUEUE_ORDER, Admission, ContinuousPolicy
 
 if TYPE_CHECKING:
+    from runtime.lanes import Lane
+    from runtime.policy_view import SchedulerView
     from runtime.request import Request
-    from runtime.scheduler import Lane, Scheduler
 
 
 class RankedPolicy(ContinuousPolicy):
     family = "agent"
     pauses_lanes = True
 
-    def rank(self, sched: Scheduler, request: Request) -> Any:
+    def rank(self, view: SchedulerView, request: Request) -> Any:
         raise NotImplementedError
 
-    def queue_order(self, sched: Scheduler, waiting: list[Request]) -> list[Request]:
+    def queue_order(self, view: SchedulerView, waiting: list[Request]) -> list[Request]:
         """Waiting requests in admission order; sorting is stable, so equal ranks stay first come first served."""
-        return sorted(waiting, key=lambda r: self.rank(sched, r))
+        return sorted(waiting, key=lambda r: self.rank(view, r))
 
-    def admit(self, sched: Scheduler, now: float) -> None:
-        if sched.waiting and any(lane.request is None for lane in sched.lanes[: sched.config.max_batch]):
-            ordered = self.queue_order(sched, list(sched.waiting))
-            sched.waiting.clear()
-            sched.waiting.extend(ordered)
-        sched.fill_free_lanes()
+    def admit(self, view: SchedulerView, now: float) -> Admission:
+        if view.num_waiting and view.has_free_lane:
+            return Admission(enter=True, order=self.queue_order(view, view.waiting()))
+        return IN_QUEUE_ORDER
 
-    def lanes_to_run(self, sched: Scheduler, lanes: list[Lane], n: int) -> list[Lane]:
-        chosen = set(sorted(lanes, key=lambda lane: (self.rank(sched, lane.request), lane.admitted_seq))[:n])
+    def lanes_to_run(self, view: SchedulerView, lanes: list[Lane], n: int) -> list[Lane]:
+        chosen = set(sorted(lanes, key=lambda lane: (self.rank(view, lane.request), lane.admitted_seq))[:n])
         return [lane for lane in lanes if lane in chosen]
 
-    def prefill_order(self, sched: Scheduler, lanes: list[Lane]) -> list[Lane]:
-        return sorted(lanes, key=lambda lane: self.rank(sched, lane.request))
+    def prefill_order(self, view: SchedulerView, lanes: list[Lane]) -> list[Lane]:
+        return sorted(lanes, key=lambda lane: self.rank(view, lane.request))
 
-    def preemption_victim(self, sched: Scheduler, live: list[Lane]) -> Lane:
-        return max(live, key=lambda lane: (self.rank(sched, lane.request), lane.admitted_seq))
+    def preemption_victim(self, view: SchedulerView, live: list[Lane]) -> Lane:
+        return max(live, key=lambda lane: (self.rank(view, lane.request), lane.admitted_seq))

@@ -1,16 +1,18 @@
 """Finished sequences whose KV stays resident, found again by the longest common token prefix.
 
-The scheduler owns one PrefixCache. Each entry names a finished request (the handle the engine
-knows its sequence by) and the tokens that sequence holds at positions 0..n-1. Entries are kept in
-least-recently-used order and evicted from the cold end whenever live sequences need the room.
+The scheduler owns one PrefixCache; the prefix planner (runtime.prefix_planner) decides what goes
+in and what comes out, and the KV budget (runtime.kv_budget) reads its token count. Each entry
+names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
+holds at positions 0..n-1. Entries are kept in least-recently-used order and evicted from the cold
+end whenever live sequences need the room.
 
 Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
-sequences' computed tokens, which the scheduler passes in) with one numpy comparison each. With at
+sequences' computed tokens, which the planner passes in) with one numpy comparison each. With at
 most a few hundred sequences of a few thousand tokens, that is a memcmp-speed pass of well under a
 millisecond, done once per admitted request, and needs no per-token node objects as a trie would.
 
 On a hybrid or recurrent model a sequence can resume only where its recurrent state is known (its
-own end, or a checkpoint): the scheduler passes `resume`, which cuts each match back to such a point.
+own end, or a checkpoint): the planner passes `resume`, which cuts each match back to such a point.
 """
 
 from __future__ import annotations
@@ -74,9 +76,6 @@ class PrefixCache:
 
     def __iter__(self) -> Iterator[CacheEntry]:
         return iter(self._entries.values())
-
-    def __contains__(self, entry: CacheEntry) -> bool:
-        return self._entries.get(entry.handle.request_id) is entry
 
     def get(self, handle: Request) -> CacheEntry | None:
         return self._entries.get(handle.request_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runtime.clock import VirtualClock
 from runtime.config import SchedulerConfig
+from runtime.engine import EngineCaps
 from runtime.engine_loop import EngineLoop
 from runtime.modeled_engine import ModeledEngine
 from runtime.request import Request, SamplingParams
@@ -19,9 +20,8 @@ class Harness:
         kv_capacity = config.pop("kv_capacity", self.engine.kv_capacity)
         self.scheduler = Scheduler(
             SchedulerConfig(**config),
-            kv_capacity=kv_capacity,
-            max_context=self.engine.max_context,
-            max_step_tokens=self.engine.max_step_tokens,
+            EngineCaps(kv_capacity=kv_capacity, max_context=self.engine.max_context,
+                       max_step_tokens=self.engine.max_step_tokens),
         )
         self.clock = VirtualClock()
         self.steps: list[StepStats] = []
@@ -46,5 +46,11 @@ class Harness:
                 self.clock.wait_until(self.scheduler.next_admission_time())
         raise AssertionError("did not finish")
 
+    def abort(self, request: Request) -> list[Request]:
+        """Aborts through the scheduler and tells the listeners; returns the requests it ended."""
+        outputs = self.scheduler.abort(request.request_id, self.clock.now())
+        self.loop.deliver(outputs)
+        return [request for request, _ in outputs]
+
     def reconfigure(self, **changes) -> None:
-        self.scheduler.reconfigure(self.scheduler.config.with_changes(**changes), self.clock.now())
+        self.loop.deliver(self.scheduler.reconfigure(self.scheduler.config.with_changes(**changes), self.clock.now()))

@@ -8,6 +8,7 @@ import pytest
 
 from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
+from runtime.engine import EngineCaps
 from runtime.engine_loop import EngineLoop
 from runtime.llama_engine import LlamaEngine
 from runtime.request import Request, RequestStatus, SamplingParams
@@ -24,8 +25,9 @@ def engine(arch_model_path):
 
 
 def make_loop(engine, **config) -> EngineLoop:
-    scheduler = Scheduler(SchedulerConfig(**config), kv_capacity=engine.kv_capacity, max_context=engine.max_context,
-                          max_step_tokens=engine.max_step_tokens, max_lanes=engine.max_lanes)
+    scheduler = Scheduler(SchedulerConfig(**config),
+                          EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
+                                     max_step_tokens=engine.max_step_tokens, max_lanes=engine.max_lanes))
     return EngineLoop(scheduler, engine, RealClock())
 
 
@@ -102,6 +104,16 @@ def test_a_cancelled_request_frees_its_kv(engine):
     drain(loop)
     assert cancel.status is RequestStatus.FINISHED_ABORTED and keep.num_output_tokens == 30
     assert_no_leaks(loop, engine)
+
+
+def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
+    caps = engine.caps
+    assert (caps.max_context, caps.max_step_tokens, caps.max_lanes) == (2048, 256, 8)
+    # Hybrid models resume only at checkpoints; attention models at any prefix.
+    assert (caps.checkpoints is None) == (engine.memory_kind == "attention")
+    assert caps.copies_prefixes == engine.kv_unified and caps.turn_end_tokens
+    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=8), engine)
+    assert scheduler.kv_budget == engine.kv_capacity and scheduler.prefix_cache.max_entries == caps.max_cached_sequences
 
 
 def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):

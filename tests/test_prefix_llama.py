@@ -191,7 +191,7 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
     scheduler.add(blocker, loop.clock.now())
     scheduler.add(again, loop.clock.now())
     loop.step()
-    lane = scheduler._lane_of[again.request_id]
+    lane = scheduler.lanes.of[again.request_id]
     assert not lane.prefix_checked and again.num_computed_tokens == 0  # admitted, counting on the entry
     # The entry goes before the request's first chunk (here: reuse switched off and on again).
     scheduler.reconfigure(scheduler.config.with_changes(prefix_cache=False), loop.clock.now())

@@ -10,7 +10,7 @@ import pytest
 from runtime.clock import VirtualClock
 from runtime.closed_loop import run_closed_loop
 from runtime.config import SchedulerConfig
-from runtime.engine import PrefixOpKind
+from runtime.engine import EngineCaps, PrefixOpKind
 from runtime.engine_loop import EngineLoop
 from runtime.metrics import MetricsAggregator
 from runtime.modeled_engine import ModeledEngine
@@ -39,9 +39,9 @@ class Recorder:
 
 def make(kv_capacity: int | None = None, cached: int = 64, **config):
     engine = Recorder(ModeledEngine())
-    scheduler = Scheduler(SchedulerConfig(**config), kv_capacity=kv_capacity or engine.kv_capacity,
-                          max_context=engine.max_context, max_step_tokens=engine.max_step_tokens,
-                          max_cached_sequences=cached)
+    scheduler = Scheduler(SchedulerConfig(**config),
+                          EngineCaps(kv_capacity=kv_capacity or engine.kv_capacity, max_context=engine.max_context,
+                                     max_step_tokens=engine.max_step_tokens, max_cached_sequences=cached))
     steps = []
     return scheduler, engine, EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append), steps
 
@@ -237,9 +237,9 @@ def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(pol
     rng = random.Random(11)
     engine = Recorder(ModeledEngine())
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=4, prefill_chunk=64),
-                          kv_capacity=engine.kv_capacity, max_context=engine.max_context,
-                          max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
-                          max_sequences=engine_ids, copies_prefixes=False)
+                          EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
+                                     max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
+                                     max_sequences=engine_ids, copies_prefixes=False))
     steps = []
     loop = EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append)
     # Half the agents share nothing with anyone, so their first turns need ids of their own.

@@ -88,12 +88,12 @@ def test_abort_frees_a_waiting_and_a_running_request():
     running, waiting = h.add(50), h.add(50)
     h.step()
     h.step()
-    assert h.scheduler.abort(waiting.request_id, h.clock.now()) is waiting
-    assert h.scheduler.abort(running.request_id, h.clock.now()) is running
+    assert h.abort(waiting) == [waiting]
+    assert h.abort(running) == [running]
     h.run()
     assert running.status is waiting.status is RequestStatus.FINISHED_ABORTED
     assert h.outputs[running.request_id][-1].finish_reason == "abort"
-    assert h.scheduler.abort(running.request_id, h.clock.now()) is None
+    assert h.abort(running) == []
     _assert_drained(h)
 
 

@@ -1,0 +1,60 @@
+"""What a policy may read of the scheduler: its queue, its lanes' occupancy, its knobs and the agents' service.
+
+A policy decides from this view and returns its decision; it never changes the scheduler itself.
+The view reads the scheduler live, so one is built per scheduler, not per step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.config import SchedulerConfig
+from runtime.request import Request
+
+if TYPE_CHECKING:
+    from runtime.scheduler import Scheduler
+
+
+class SchedulerView:
+    __slots__ = ("_sched",)
+
+    def __init__(self, sched: Scheduler) -> None:
+        self._sched = sched
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._sched.config
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._sched.waiting)
+
+    def waiting(self) -> list[Request]:
+        """The queue in its present order, as a copy."""
+        return list(self._sched.waiting)
+
+    @property
+    def oldest_arrival(self) -> float | None:
+        """When the request at the head of the queue arrived; None when nothing waits."""
+        waiting = self._sched.waiting
+        return waiting[0].arrival_time if waiting else None
+
+    @property
+    def num_occupied_lanes(self) -> int:
+        return self._sched.num_occupied_lanes
+
+    @property
+    def num_running(self) -> int:
+        return self._sched.num_running
+
+    @property
+    def has_free_lane(self) -> bool:
+        return any(lane.request is None for lane in self._sched.lanes[: self._sched.config.max_batch])
+
+    def attained(self, agent: str) -> float:
+        """Weighted tokens the agent's session has received (least-attained-service's rank)."""
+        return self._sched.service.attained[agent]
+
+    def virtual(self, agent: str) -> float:
+        """The agent's VTC counter: its service divided by its weight (fair share's rank)."""
+        return self._sched.service.virtual[agent]
