@@ -33,8 +33,8 @@ from runtime.config import SchedulerConfig
 from runtime.engine import EngineCaps, Row, RowKind, StepPlan, StepResult
 from runtime.kv_budget import KVBudget
 from runtime.lanes import Lane, LaneTable
-from runtime.output_processor import reaches_length
 from runtime.limits import RequestRejected, check_fits, checked_config, unfit_after_change
+from runtime.output_processor import reaches_length
 from runtime.policies import Policy
 from runtime.policy_registry import make_policy
 from runtime.policy_view import SchedulerView
