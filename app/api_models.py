@@ -395,11 +395,17 @@ class ChatChoice(BaseModel):
     finish_reason: str
 
 
-class ChatCompletion(BaseModel):
+class ReplyHead(BaseModel):
+    """What a whole reply and each streamed chunk of one begin with."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
+
+
+class ChatCompletion(ReplyHead):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage
 
@@ -409,6 +415,14 @@ class ChatChunkChoice(BaseModel):
     delta: ChatDelta
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+
+
+class ChatCompletionChunk(ReplyHead):
+    """One event of a streamed chat completion; `usage` goes on the wire only when the client asked for it."""
+
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -425,10 +439,15 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(ReplyHead):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage
+
+
+class CompletionChunk(ReplyHead):
+    """One event of a streamed completion: the choice's new text; `usage` as in ChatCompletionChunk."""
+
+    object: Literal["text_completion"] = "text_completion"
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
