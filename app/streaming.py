@@ -156,13 +156,6 @@ class RequestHandle:
                 continue
             await self._event.wait()
 
-    async def collect(self) -> str:
-        """Waits for the whole output and returns its text."""
-        parts: list[str] = []
-        async for batch in self.batches():
-            parts.extend(output.text for output in batch)
-        return "".join(parts)
-
 
 async def unless_hung_up(receive: Receive, work: Awaitable[T]) -> T:
     """`work`'s result, or ClientGone as soon as the client's disconnect message arrives.
