@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.config import POLICY_NAMES
 from runtime.request import MAX_TOP_LOGPROBS
@@ -337,15 +337,15 @@ class ResponseFunction(BaseModel):
     arguments: str
 
 
-class ResponseToolCall(BaseModel):
-    index: int | None = None  # streamed deltas only
-    id: str | None = None
-    type: Literal["function"] | None = "function"
-    function: ResponseFunction
+def _absent(value: Any) -> bool:
+    return value is None
 
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None}
+
+class ResponseToolCall(BaseModel):
+    index: int | None = Field(None, exclude_if=_absent)  # streamed deltas only
+    id: str | None = Field(None, exclude_if=_absent)
+    type: Literal["function"] | None = Field("function", exclude_if=_absent)
+    function: ResponseFunction
 
 
 class TopLogprob(BaseModel):
@@ -366,17 +366,11 @@ class ChatLogprobs(BaseModel):
 class AssistantMessage(BaseModel):
     """The assistant's reply: whole in a completion (ResponseMessage), in pieces in a chunk (ChatDelta)."""
 
+    # Role and content are sent even when null; the rest only when there.
     role: Literal["assistant"] | None = "assistant"
     content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[ResponseToolCall] | None = None
-
-    # Fields sent even when null.
-    _always: frozenset[str] = frozenset({"role", "content"})
-
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None or k in self._always}
+    reasoning_content: str | None = Field(None, exclude_if=_absent)
+    tool_calls: list[ResponseToolCall] | None = Field(None, exclude_if=_absent)
 
 
 class ResponseMessage(AssistantMessage):
@@ -384,8 +378,10 @@ class ResponseMessage(AssistantMessage):
 
 
 class ChatDelta(AssistantMessage):
-    role: Literal["assistant"] | None = None
-    _always: frozenset[str] = frozenset()
+    """Only what this chunk adds: nothing is sent as null."""
+
+    role: Literal["assistant"] | None = Field(None, exclude_if=_absent)
+    content: str | None = Field(None, exclude_if=_absent)
 
 
 class ChatChoice(BaseModel):
