@@ -1,5 +1,9 @@
 """The OpenAI-compatible request and response bodies, every request field bounded.
 
+A whole reply (ChatCompletion, Completion) and each chunk of a streamed one (ChatCompletionChunk,
+CompletionChunk) are models here alike and go on the wire as `model_dump()`; fields that are absent
+rather than null are left out by `exclude_if`.
+
 Request models ignore fields they do not know (clients send many), so an unknown option is never an
 error; a known one out of range always is (a 400, never a 500). The upper bound of max_tokens is the
 engine's context, which only the server knows: it is checked when the request is built.

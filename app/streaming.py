@@ -168,9 +168,12 @@ async def unless_hung_up(receive: Receive, work: Awaitable[T]) -> T:
     try:
         await asyncio.wait({task, hang_up}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for waiter in (task, hang_up):
+        pending = [waiter for waiter in (task, hang_up) if not waiter.done()]
+        for waiter in pending:
             waiter.cancel()
-    if not task.done() or task.cancelled():
+        # The work's own cleanup (its generators' finally blocks) runs before the caller goes on.
+        await asyncio.gather(*pending, return_exceptions=True)
+    if task.cancelled():
         raise ClientGone
     return task.result()
 
