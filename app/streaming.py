@@ -34,7 +34,7 @@ from app.api_models import (
     ResponseToolCall,
     Usage,
 )
-from app.errors import error_body
+from app.errors import ClientGone, error_body
 from app.logprobs import chat_logprobs, completion_logprobs
 from runtime.engine_thread import EngineThread
 from runtime.request import Request, RequestOutput
@@ -46,10 +46,6 @@ T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
-
-
-class ClientGone(Exception):
-    """The client hung up before its request finished."""
 
 
 class RequestObserver(Protocol):
