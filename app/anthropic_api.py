@@ -9,58 +9,41 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import Field
 
-from app.api_models import MAX_NAME_CHARS, MAX_TOKENS_LIMIT, MAX_TOOLS, ChatCompletionRequest, _Lenient
+from app.anthropic_models import (
+    AnthropicUsage,
+    ContentBlock,
+    ContentBlockDelta,
+    ContentBlockStart,
+    ContentBlockStop,
+    CountTokensRequest,
+    ErrorDetail,
+    InputJsonDelta,
+    Message,
+    MessageDelta,
+    MessagesRequest,
+    MessageStart,
+    MessageStop,
+    Ping,
+    StopDetails,
+    StopReason,
+    StreamError,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolUseBlock,
+)
+from app.api_models import MAX_NAME_CHARS, ChatCompletionRequest
 from app.chat_run import ChatRun, Choice
 from app.errors import bad_request, read_json
 from app.reply import ReplyPiece
 from app.server_core import ServerCore, respond
-from app.streaming import ClientGone, sse
-
-
-class AnthropicMessage(_Lenient):
-    role: Literal["user", "assistant"]
-    content: str | list[dict[str, Any]]
-
-
-class AnthropicTool(_Lenient):
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    description: str | None = None
-    input_schema: dict[str, Any]
-
-
-class AnthropicToolChoice(_Lenient):
-    type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
-    disable_parallel_tool_use: bool = False
-
-
-class Metadata(_Lenient):
-    user_id: str | None = None
-
-
-class MessagesRequest(_Lenient):
-    model: str = Field("", max_length=1024)
-    max_tokens: int = Field(ge=1, le=MAX_TOKENS_LIMIT)
-    messages: list[AnthropicMessage] = Field(min_length=1, max_length=100_000)
-    system: str | list[dict[str, Any]] | None = None
-    tools: list[AnthropicTool] | None = Field(None, max_length=MAX_TOOLS)
-    tool_choice: AnthropicToolChoice | None = None
-    stop_sequences: list[str] | None = None
-    temperature: float = Field(1.0, ge=0.0, le=1.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    stream: bool = False
-    metadata: Metadata | None = None
-
-
-class CountTokensRequest(MessagesRequest):
-    max_tokens: int = Field(1, ge=1, le=MAX_TOKENS_LIMIT)
+from app.streaming import sse_event
 
 
 def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:
@@ -134,7 +117,7 @@ def to_chat(body: MessagesRequest, stream: bool) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
 
 
-def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
+def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> StopReason:
     if choice_reason == "tool_calls":
         return "tool_use"
     if choice_reason == "length":
@@ -142,20 +125,19 @@ def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
     return "stop_sequence" if stop_sequence else "end_turn"
 
 
-def _usage(run: ChatRun) -> dict[str, int]:
+def _usage(run: ChatRun) -> AnthropicUsage:
     usage = run.usage()
     cached = usage["prompt_tokens_details"]["cached_tokens"]
-    # Anthropic counts cache reads apart from input_tokens.
-    return {"input_tokens": usage["prompt_tokens"] - cached, "output_tokens": usage["completion_tokens"],
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    return AnthropicUsage(input_tokens=usage["prompt_tokens"] - cached, output_tokens=usage["completion_tokens"],
+                          cache_read_input_tokens=cached)
 
 
 class BlockWriter:
     """Content blocks from reply pieces, and the stream events that announce them."""
 
     def __init__(self) -> None:
-        self.blocks: list[dict[str, Any]] = []
-        self._open: dict[str, Any] | None = None
+        self.blocks: list[ContentBlock] = []
+        self._open: ContentBlock | None = None
 
     def add(self, pieces: list[ReplyPiece]) -> list[bytes]:
         events: list[bytes] = []
@@ -163,44 +145,47 @@ class BlockWriter:
             if piece.kind == "call":
                 events += self._close()
                 call = piece.call
-                block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-                events += self._start(block)
-                events.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments}))
+                block = ToolUseBlock(id=call.id, name=call.name)
+                events.append(self._start(block))
+                events.append(self._delta(InputJsonDelta(partial_json=call.arguments)))
                 try:
-                    block["input"] = json.loads(call.arguments)
+                    block.input = json.loads(call.arguments)
                 except ValueError:
-                    block["input"] = {"arguments": call.arguments}
+                    block.input = {"arguments": call.arguments}
                 events += self._close()
                 continue
-            kind, field = ("thinking", "thinking") if piece.kind == "reasoning" else ("text", "text")
+            thinking = piece.kind == "reasoning"
             if self._open is None and not piece.text.strip():
                 continue  # blank text between blocks opens nothing
-            if self._open is None or self._open["type"] != kind:
+            block = self._open
+            if not isinstance(block, ThinkingBlock if thinking else TextBlock):
                 events += self._close()
-                events += self._start({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
-                                      else {"type": "text", "text": ""})
-            self._open[field] += piece.text
-            events.append(self._delta({"type": f"{kind}_delta", field: piece.text}))
+                block = ThinkingBlock() if thinking else TextBlock()
+                events.append(self._start(block))
+            if isinstance(block, ThinkingBlock):
+                block.thinking += piece.text
+                events.append(self._delta(ThinkingDelta(thinking=piece.text)))
+            else:
+                block.text += piece.text
+                events.append(self._delta(TextDelta(text=piece.text)))
         return events
 
     def finish(self) -> list[bytes]:
         return self._close()
 
-    def _start(self, block: dict[str, Any]) -> list[bytes]:
+    def _start(self, block: ContentBlock) -> bytes:
         self.blocks.append(block)
         self._open = block
-        return [sse({"type": "content_block_start", "index": len(self.blocks) - 1, "content_block": dict(block)},
-                    event="content_block_start")]
+        return sse_event(ContentBlockStart(index=len(self.blocks) - 1, content_block=block))
 
-    def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse({"type": "content_block_delta", "index": len(self.blocks) - 1, "delta": delta},
-                   event="content_block_delta")
+    def _delta(self, delta: TextDelta | ThinkingDelta | InputJsonDelta) -> bytes:
+        return sse_event(ContentBlockDelta(index=len(self.blocks) - 1, delta=delta))
 
     def _close(self) -> list[bytes]:
         if self._open is None:
             return []
         self._open = None
-        return [sse({"type": "content_block_stop", "index": len(self.blocks) - 1}, event="content_block_stop")]
+        return [sse_event(ContentBlockStop(index=len(self.blocks) - 1))]
 
 
 def anthropic_router(server: ServerCore) -> APIRouter:
@@ -214,34 +199,28 @@ def anthropic_router(server: ServerCore) -> APIRouter:
     async def messages(request: Request):
         body = MessagesRequest.model_validate(await read_json(request, server.service.settings.max_body_bytes))
         run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request))
-        message = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": server.model_id(),
-                   "content": [], "stop_reason": None, "stop_sequence": None}
+        message = Message(id=f"msg_{uuid.uuid4().hex}", model=server.model_id())
         writer = BlockWriter()
 
         async def stream():
-            start_usage = {"input_tokens": run.prompt_tokens, "output_tokens": 0, "cache_read_input_tokens": 0,
-                           "cache_creation_input_tokens": 0}
-            yield sse({"type": "message_start", "message": {**message, "usage": start_usage}}, event="message_start")
-            yield sse({"type": "ping"}, event="ping")
+            started = message.model_copy(update={"usage": AnthropicUsage(input_tokens=run.prompt_tokens,
+                                                                         output_tokens=0)})
+            yield sse_event(MessageStart(message=started))
+            yield sse_event(Ping())
             reason = error = None
-            try:
-                async for event in run.events(request.is_disconnected):
-                    for chunk in writer.add(event.pieces):
-                        yield chunk
-                    reason, error = event.finish_reason or reason, event.error or error
-            except ClientGone:
-                return
+            async for event in run.events():
+                for chunk in writer.add(event.pieces):
+                    yield chunk
+                reason, error = event.finish_reason or reason, event.error or error
             for chunk in writer.finish():
                 yield chunk
             if error is not None or reason == "error":
-                yield sse({"type": "error", "error": {"type": "api_error", "message": error or "the engine failed"}},
-                          event="error")
+                yield sse_event(StreamError(error=ErrorDetail(message=error or "the engine failed")))
                 return
             sequence = run.handles[0].request.stop_sequence
-            yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason(reason, sequence),
-                                                         "stop_sequence": sequence}, "usage": _usage(run)},
-                      event="message_delta")
-            yield sse({"type": "message_stop"}, event="message_stop")
+            yield sse_event(MessageDelta(delta=StopDetails(stop_reason=stop_reason(reason, sequence),
+                                                           stop_sequence=sequence), usage=_usage(run)))
+            yield sse_event(MessageStop())
 
         def whole(choices: list[Choice]) -> JSONResponse:
             choice = choices[0]
@@ -250,9 +229,10 @@ def anthropic_router(server: ServerCore) -> APIRouter:
             writer.add([ReplyPiece("content", reply.content.strip())] if reply.content.strip() else [])
             writer.add([ReplyPiece("call", call=c) for c in reply.calls])
             writer.finish()
-            return JSONResponse({**message, "content": writer.blocks,
-                                 "stop_reason": stop_reason(choice.finish_reason, choice.stop_sequence),
-                                 "stop_sequence": choice.stop_sequence, "usage": _usage(run)})
+            whole_message = message.model_copy(update={
+                "content": writer.blocks, "stop_reason": stop_reason(choice.finish_reason, choice.stop_sequence),
+                "stop_sequence": choice.stop_sequence, "usage": _usage(run)})
+            return JSONResponse(whole_message.model_dump())
 
         return await respond(request, run, stream() if body.stream else None, whole)
 

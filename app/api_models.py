@@ -1,5 +1,9 @@
 """The OpenAI-compatible request and response bodies, every request field bounded.
 
+A whole reply (ChatCompletion, Completion) and each chunk of a streamed one (ChatCompletionChunk,
+CompletionChunk) are models here alike and go on the wire as `model_dump()`; fields that are absent
+rather than null are left out by `exclude_if`.
+
 Request models ignore fields they do not know (clients send many), so an unknown option is never an
 error; a known one out of range always is (a 400, never a 500). The upper bound of max_tokens is the
 engine's context, which only the server knows: it is checked when the request is built.
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.config import POLICY_NAMES
 from runtime.request import MAX_TOP_LOGPROBS
@@ -337,15 +341,15 @@ class ResponseFunction(BaseModel):
     arguments: str
 
 
-class ResponseToolCall(BaseModel):
-    index: int | None = None  # streamed deltas only
-    id: str | None = None
-    type: Literal["function"] | None = "function"
-    function: ResponseFunction
+def _absent(value: Any) -> bool:
+    return value is None
 
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None}
+
+class ResponseToolCall(BaseModel):
+    index: int | None = Field(None, exclude_if=_absent)  # streamed deltas only
+    id: str | None = Field(None, exclude_if=_absent)
+    type: Literal["function"] | None = Field("function", exclude_if=_absent)
+    function: ResponseFunction
 
 
 class TopLogprob(BaseModel):
@@ -366,17 +370,11 @@ class ChatLogprobs(BaseModel):
 class AssistantMessage(BaseModel):
     """The assistant's reply: whole in a completion (ResponseMessage), in pieces in a chunk (ChatDelta)."""
 
+    # Role and content are sent even when null; the rest only when there.
     role: Literal["assistant"] | None = "assistant"
     content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[ResponseToolCall] | None = None
-
-    # Fields sent even when null.
-    _always: frozenset[str] = frozenset({"role", "content"})
-
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None or k in self._always}
+    reasoning_content: str | None = Field(None, exclude_if=_absent)
+    tool_calls: list[ResponseToolCall] | None = Field(None, exclude_if=_absent)
 
 
 class ResponseMessage(AssistantMessage):
@@ -384,8 +382,10 @@ class ResponseMessage(AssistantMessage):
 
 
 class ChatDelta(AssistantMessage):
-    role: Literal["assistant"] | None = None
-    _always: frozenset[str] = frozenset()
+    """Only what this chunk adds: nothing is sent as null."""
+
+    role: Literal["assistant"] | None = Field(None, exclude_if=_absent)
+    content: str | None = Field(None, exclude_if=_absent)
 
 
 class ChatChoice(BaseModel):
@@ -395,11 +395,17 @@ class ChatChoice(BaseModel):
     finish_reason: str
 
 
-class ChatCompletion(BaseModel):
+class ReplyHead(BaseModel):
+    """What a whole reply and each streamed chunk of one begin with."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
+
+
+class ChatCompletion(ReplyHead):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage
 
@@ -409,6 +415,14 @@ class ChatChunkChoice(BaseModel):
     delta: ChatDelta
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+
+
+class ChatCompletionChunk(ReplyHead):
+    """One event of a streamed chat completion; `usage` goes on the wire only when the client asked for it."""
+
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -425,10 +439,15 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(ReplyHead):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage
+
+
+class CompletionChunk(ReplyHead):
+    """One event of a streamed completion: the choice's new text; `usage` as in ChatCompletionChunk."""
+
+    object: Literal["text_completion"] = "text_completion"
+    choices: list[CompletionChoice]
+    usage: Usage | None = None

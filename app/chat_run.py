@@ -9,7 +9,7 @@ copies the first lane's computed prompt into the others instead of computing it 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from app.logprobs import LogprobCursor
@@ -75,11 +75,11 @@ class ChatRun:
             handle.abort()
             self._on_close(handle)
 
-    async def collect(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Choice]:
-        """Every choice whole; raises ClientGone on a hang-up."""
+    async def collect(self) -> list[Choice]:
+        """Every choice whole."""
         replies = [Reply() for _ in self.handles]
         logprobs: list[list[TokenLogprob]] = [[] for _ in self.handles]
-        async for event in self.events(is_disconnected):
+        async for event in self.events():
             replies[event.index].add(event.pieces)
             logprobs[event.index].extend(event.logprobs)
         return [
@@ -87,9 +87,9 @@ class ChatRun:
             for i, (h, reply) in enumerate(zip(self.handles, replies, strict=True))
         ]
 
-    async def events(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[ChoiceEvent]:
-        """Every choice's events as they come, choices interleaved; raises ClientGone on a hang-up."""
-        streams = [self._choice_events(i, is_disconnected) for i in range(len(self.handles))]
+    async def events(self) -> AsyncIterator[ChoiceEvent]:
+        """Every choice's events as they come, choices interleaved."""
+        streams = [self._choice_events(i) for i in range(len(self.handles))]
         if len(streams) == 1:
             async for event in streams[0]:
                 yield event
@@ -97,11 +97,11 @@ class ChatRun:
         async for event in _merge(streams):
             yield event
 
-    async def _choice_events(self, index: int, is_disconnected) -> AsyncIterator[ChoiceEvent]:
+    async def _choice_events(self, index: int) -> AsyncIterator[ChoiceEvent]:
         handle, parser = self.handles[index], self._parsers[index]
         cursor = LogprobCursor(handle.request.output_logprobs)
         made_calls = False
-        async for batch in handle.batches(is_disconnected):
+        async for batch in handle.batches():
             pieces = parser.feed("".join(output.text for output in batch))
             if handle.finished:
                 pieces += parser.finish()

@@ -48,6 +48,10 @@ _ANTHROPIC_TYPES = {
 ANTHROPIC_PREFIX = "/v1/messages"
 
 
+class ClientGone(Exception):
+    """The client hung up before its request finished (answered, if at all, with a 499)."""
+
+
 class APIError(Exception):
     def __init__(
         self,

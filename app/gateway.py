@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import logging
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.backend_poller import Backend, Poller
@@ -24,12 +23,7 @@ from app.gateway_router import ROUTERS, AffinityRouter, RoundRobinRouter, RouteK
 
 log = logging.getLogger(__name__)
 
-DISCONNECT_POLL_S = 0.5
 RETRY_AFTER_S = "2"
-
-
-class ClientGone(Exception):
-    """The client hung up while its request waited for a slot."""
 
 
 @dataclass(slots=True)
@@ -89,9 +83,8 @@ class Gateway:
         if name != self.router.name:
             self.router = make_router(name)
 
-    async def acquire(self, inbound: Inbound, is_disconnected: Callable[[], Awaitable[bool]],
-                      retry_of: Ticket | None = None) -> Lease:
-        """Waits for a slot; raises APIError when no backend can take it, ClientGone on a hang-up."""
+    async def acquire(self, inbound: Inbound, retry_of: Ticket | None = None) -> Lease:
+        """Waits for a slot; raises APIError when no backend can take it. Cancelled (a hang-up), it leaves the queue."""
         if not any(b.available for b in self.backends):
             raise self.no_backend_error()
         if retry_of is None and self.num_waiting >= self.max_waiting:
@@ -105,12 +98,8 @@ class Gateway:
         queue.appendleft(ticket) if retry_of else queue.append(ticket)
         self.dispatch()
         try:
-            while True:
-                done, _ = await asyncio.wait({ticket.future}, timeout=DISCONNECT_POLL_S)
-                if done:
-                    return Lease(ticket.future.result(), ticket)
-                if await is_disconnected():
-                    raise ClientGone
+            # Shielded: dispatch may still admit the ticket while a cancelled wait unwinds (_abandon sees it).
+            return Lease(await asyncio.shield(ticket.future), ticket)
         except BaseException:
             self._abandon(ticket)
             raise

@@ -10,29 +10,35 @@ Also served: /health, /metrics (the gateway's figures per backend and agent), GE
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.errors import APIError, bad_request, check_api_key, install_error_handlers, read_body, read_json
-from app.gateway import ClientGone, Gateway, Lease
+from app.errors import (
+    APIError,
+    ClientGone,
+    bad_request,
+    check_api_key,
+    install_error_handlers,
+    read_body,
+    read_json,
+)
+from app.gateway import Gateway, Lease
 from app.gateway_prom import build_gateway_registry
 from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage
 from app.prom import CONTENT_TYPE, render
 from app.settings import Settings
-from app.streaming import EventStreamResponse
+from app.streaming import EventStreamResponse, unless_hung_up
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
 # Generous: a long prompt's prefill can keep a backend silent for minutes; a hang-up still ends it at once.
 READ_TIMEOUT_S = 600.0
-DISCONNECT_POLL_S = 0.5
 # Errors raised before the backend received the request: safe to send it elsewhere.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
@@ -43,22 +49,6 @@ def _error_event(path: str, message: str) -> bytes:
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
     data = {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_failed"}}
     return b"data: " + json.dumps(data).encode() + b"\n\n"
-
-
-async def _unless_hung_up(work: Awaitable, is_disconnected: Callable[[], Awaitable[bool]]):
-    """Awaits work, cancelling it if the client leaves first (a non-streaming handler is not told)."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await is_disconnected():
-                raise ClientGone
-    finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
 
 class Forwarder:
@@ -74,7 +64,7 @@ class Forwarder:
         gateway = self.gateway
         retry_of = None
         for _ in range(len(gateway.backends)):
-            lease = await gateway.acquire(inbound, request.is_disconnected, retry_of)
+            lease = await unless_hung_up(request.receive, gateway.acquire(inbound, retry_of))
             backend = lease.backend
             headers = {"content-type": "application/json", **backend.headers}
             if inbound.agent != "anonymous":
@@ -83,8 +73,7 @@ class Forwarder:
                 "POST", f"{backend.config.url}{path}", content=forwarded_body(inbound, backend.kind), headers=headers,
                 params=request.query_params)
             try:
-                upstream = await _unless_hung_up(self.client.send(upstream_request, stream=True),
-                                                 request.is_disconnected)
+                upstream = await unless_hung_up(request.receive, self.client.send(upstream_request, stream=True))
             except NOT_SENT as exc:
                 log.warning("backend %s refused a request (%s); trying another", backend.label, exc)
                 gateway.backend_failed(lease, f"connection failed: {exc}")
@@ -114,7 +103,7 @@ class Forwarder:
             response.headers.update(relay_headers)
             return response
         try:
-            body = await _unless_hung_up(upstream.aread(), request.is_disconnected)
+            body = await unless_hung_up(request.receive, upstream.aread())
         except ClientGone:
             return Response(status_code=499)
         except httpx.HTTPError as exc:

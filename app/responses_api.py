@@ -10,71 +10,41 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import Field, field_validator
+from pydantic import BaseModel
 
-from app.api_models import (
-    MAX_TOKENS_LIMIT,
-    ChatCompletionRequest,
-    PenaltyField,
-    TemperatureField,
-    TopPField,
-    UserField,
-    _Lenient,
-)
+from app.api_models import ChatCompletionRequest
 from app.chat_run import ChatRun, Choice
 from app.errors import APIError, bad_request, read_json
 from app.reply import ReplyPiece
+from app.responses_models import (
+    ContentPartEvent,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
+    FunctionCallItem,
+    IncompleteDetails,
+    InputTokensDetails,
+    MessageItem,
+    OutputItem,
+    OutputItemEvent,
+    OutputTextDelta,
+    OutputTextDone,
+    ReasoningItem,
+    ReasoningTextDelta,
+    ReasoningTextDone,
+    Response,
+    ResponseError,
+    ResponseEvent,
+    ResponsesRequest,
+    ResponsesUsage,
+    ResponseStatus,
+    TextItem,
+)
 from app.server_core import ServerCore, respond
-from app.streaming import ClientGone, sse
-
-
-class TextFormat(_Lenient):
-    type: Literal["text", "json_object", "json_schema"] = "text"
-    name: str = "response"
-    schema_: dict[str, Any] | None = Field(None, alias="schema")
-    strict: bool | None = None
-
-
-class TextOptions(_Lenient):
-    format: TextFormat | None = None
-
-
-class ResponsesRequest(_Lenient):
-    model: str = Field("", max_length=1024)
-    input: str | list[dict[str, Any]] = Field(max_length=100_000)
-    instructions: str | None = None
-    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    max_output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
-    temperature: float | None = TemperatureField
-    top_p: float | None = TopPField
-    presence_penalty: float = PenaltyField
-    frequency_penalty: float = PenaltyField
-    text: TextOptions | None = None
-    stream: bool = False
-    user: str | None = UserField
-    previous_response_id: str | None = None
-    conversation: str | dict[str, Any] | None = None
-    top_logprobs: int | None = None
-
-    @field_validator("previous_response_id", "conversation")
-    @classmethod
-    def _stateless(cls, value: Any) -> Any:
-        if value:
-            raise ValueError("this server keeps no responses or conversations: resend the whole conversation as input items")
-        return value
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: int | None) -> int | None:
-        if value:
-            raise ValueError("logprobs are not offered on /v1/responses; use /v1/chat/completions")
-        return value
+from app.streaming import sse_event
 
 
 def _text_of(content: Any, param: str) -> str:
@@ -171,23 +141,19 @@ class ResponseWriter:
     The same writer makes the whole response and the stream, so both carry the same items.
     """
 
-    def __init__(self, base: dict[str, Any]) -> None:
-        self.base = base
-        self.items: list[dict[str, Any]] = []
-        self._open: dict[str, Any] | None = None
+    def __init__(self, head: Response) -> None:
+        self.head = head
+        self.items: list[OutputItem] = []
+        self._open: TextItem | None = None
         self._seq = 0
 
-    def event(self, kind: str, **fields: Any) -> bytes:
-        payload = {"type": kind, "sequence_number": self._seq, **fields}
-        self._seq += 1
-        return sse(payload, event=kind)
-
-    def response(self, status: str, **fields: Any) -> dict[str, Any]:
-        return {**self.base, "status": status, "output": self.items, **fields}
+    def response(self, status: ResponseStatus, **fields: Any) -> Response:
+        return self.head.model_copy(update={"status": status, "output": list(self.items), **fields})
 
     def start(self) -> list[bytes]:
         created = self.response("in_progress")
-        return [self.event("response.created", response=created), self.event("response.in_progress", response=created)]
+        return [self._event(ResponseEvent, type="response.created", response=created),
+                self._event(ResponseEvent, type="response.in_progress", response=created)]
 
     def add(self, pieces: list[ReplyPiece]) -> list[bytes]:
         events: list[bytes] = []
@@ -195,52 +161,51 @@ class ResponseWriter:
             if piece.kind == "call":
                 events += self._close()
                 call = piece.call
-                item = {"type": "function_call", "id": _id("fc"), "call_id": call.id, "name": call.name,
-                        "arguments": "", "status": "in_progress"}
+                item = FunctionCallItem(id=_id("fc"), call_id=call.id, name=call.name)
                 events += self._added(item)
                 index = len(self.items) - 1
-                events.append(self.event("response.function_call_arguments.delta", item_id=item["id"],
-                                         output_index=index, delta=call.arguments))
-                item.update(arguments=call.arguments, status="completed")
-                events.append(self.event("response.function_call_arguments.done", item_id=item["id"],
-                                         output_index=index, name=call.name, arguments=call.arguments))
-                events.append(self.event("response.output_item.done", output_index=index, item=item))
+                events.append(self._event(FunctionCallArgumentsDelta, item_id=item.id, output_index=index,
+                                          delta=call.arguments))
+                item.arguments, item.status = call.arguments, "completed"
+                events.append(self._event(FunctionCallArgumentsDone, item_id=item.id, output_index=index,
+                                          name=call.name, arguments=call.arguments))
+                events.append(self._event(OutputItemEvent, type="response.output_item.done", output_index=index,
+                                          item=item))
                 continue
-            kind = "reasoning" if piece.kind == "reasoning" else "message"
+            kind = ReasoningItem if piece.kind == "reasoning" else MessageItem
             if self._open is None and not piece.text.strip():
                 continue  # blank text between items opens nothing
-            if self._open is None or self._open["type"] != kind:
+            if not isinstance(self._open, kind):
                 events += self._close()
                 events += self._open_item(kind)
-            part = self._open["content"][0]
-            part["text"] += piece.text
-            delta = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
-            extra = {} if kind == "reasoning" else {"logprobs": []}
-            events.append(self.event(delta, item_id=self._open["id"], output_index=len(self.items) - 1,
-                                     content_index=0, delta=piece.text, **extra))
+            self._open.content[0].text += piece.text
+            delta = ReasoningTextDelta if kind is ReasoningItem else OutputTextDelta
+            events.append(self._event(delta, item_id=self._open.id, output_index=len(self.items) - 1,
+                                      delta=piece.text))
         return events
 
-    def finish(self, status: str, **fields: Any) -> list[bytes]:
+    def finish(self, status: ResponseStatus, **fields: Any) -> list[bytes]:
         events = self._close()
         done = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(status, "response.failed")
-        return events + [self.event(done, response=self.response(status, **fields))]
+        return events + [self._event(ResponseEvent, type=done, response=self.response(status, **fields))]
 
-    def _added(self, item: dict[str, Any], shown: dict[str, Any] | None = None) -> list[bytes]:
+    def _event(self, kind: type[BaseModel], **fields: Any) -> bytes:
+        event = kind(sequence_number=self._seq, **fields)
+        self._seq += 1
+        return sse_event(event)
+
+    def _added(self, item: OutputItem, shown: OutputItem | None = None) -> list[bytes]:
         self.items.append(item)
-        return [self.event("response.output_item.added", output_index=len(self.items) - 1, item=shown or dict(item))]
+        return [self._event(OutputItemEvent, type="response.output_item.added", output_index=len(self.items) - 1,
+                            item=shown or item)]
 
-    def _open_item(self, kind: str) -> list[bytes]:
-        if kind == "reasoning":
-            item = {"type": "reasoning", "id": _id("rs"), "summary": [], "status": "in_progress",
-                    "content": [{"type": "reasoning_text", "text": ""}]}
-        else:
-            item = {"type": "message", "id": _id("msg"), "status": "in_progress", "role": "assistant",
-                    "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]}
+    def _open_item(self, kind: type[TextItem]) -> list[bytes]:
+        item = kind(id=_id("rs" if kind is ReasoningItem else "msg"))
         self._open = item
-        events = self._added(item, {**item, "content": []})
-        if kind == "message":
-            events.append(self.event("response.content_part.added", item_id=item["id"], output_index=len(self.items) - 1,
-                                     content_index=0, part={**item["content"][0], "text": ""}))
+        events = self._added(item, item.model_copy(update={"content": []}))
+        if isinstance(item, MessageItem):
+            events.append(self._event(ContentPartEvent, type="response.content_part.added", item_id=item.id,
+                                      output_index=len(self.items) - 1, part=item.content[0]))
         return events
 
     def _close(self) -> list[bytes]:
@@ -248,32 +213,31 @@ class ResponseWriter:
         if item is None:
             return []
         index = len(self.items) - 1  # the open item is always the newest
-        item["status"] = "completed"
-        part = item["content"][0]
-        if item["type"] == "reasoning":
-            events = [self.event("response.reasoning_text.done", item_id=item["id"], output_index=index,
-                                 content_index=0, text=part["text"])]
+        item.status = "completed"
+        part = item.content[0]
+        if isinstance(item, ReasoningItem):
+            events = [self._event(ReasoningTextDone, item_id=item.id, output_index=index, text=part.text)]
         else:
-            events = [self.event("response.output_text.done", item_id=item["id"], output_index=index,
-                                 content_index=0, text=part["text"], logprobs=[]),
-                      self.event("response.content_part.done", item_id=item["id"], output_index=index,
-                                 content_index=0, part=part)]
-        return events + [self.event("response.output_item.done", output_index=index, item=item)]
+            events = [self._event(OutputTextDone, item_id=item.id, output_index=index, text=part.text),
+                      self._event(ContentPartEvent, type="response.content_part.done", item_id=item.id,
+                                  output_index=index, part=part)]
+        return events + [self._event(OutputItemEvent, type="response.output_item.done", output_index=index,
+                                     item=item)]
 
 
-def _usage(run: ChatRun) -> dict[str, Any]:
+def _usage(run: ChatRun) -> ResponsesUsage:
     usage = run.usage()
-    return {"input_tokens": usage["prompt_tokens"],
-            "input_tokens_details": {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},
-            "output_tokens": usage["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage["total_tokens"]}
+    return ResponsesUsage(input_tokens=usage["prompt_tokens"],
+                          input_tokens_details=InputTokensDetails(
+                              cached_tokens=usage["prompt_tokens_details"]["cached_tokens"]),
+                          output_tokens=usage["completion_tokens"], total_tokens=usage["total_tokens"])
 
 
-def _ending(finish_reason: str | None, error: str | None) -> tuple[str, dict[str, Any]]:
+def _ending(finish_reason: str | None, error: str | None) -> tuple[ResponseStatus, dict[str, Any]]:
     if error is not None or finish_reason == "error":
-        return "failed", {"error": {"code": "server_error", "message": error or "the engine failed"}}
+        return "failed", {"error": ResponseError(message=error or "the engine failed")}
     if finish_reason == "length":
-        return "incomplete", {"incomplete_details": {"reason": "max_output_tokens"}}
+        return "incomplete", {"incomplete_details": IncompleteDetails()}
     return "completed", {}
 
 
@@ -287,26 +251,22 @@ def responses_router(server: ServerCore) -> APIRouter:
         chat = to_chat(body)
         run = await server.start_chat(chat, request)
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else {"type": "text"}
-        writer = ResponseWriter({
-            "id": _id("resp"), "object": "response", "created_at": int(time.time()), "model": server.model_id(),
-            "instructions": body.instructions, "tools": body.tools or [], "tool_choice": body.tool_choice or "auto",
-            "parallel_tool_calls": body.parallel_tool_calls is not False, "temperature": chat.temperature,
-            "top_p": chat.top_p, "max_output_tokens": body.max_output_tokens, "previous_response_id": None,
-            "text": {"format": fmt}, "metadata": raw.get("metadata") or {}, "store": False, "error": None,
-            "incomplete_details": None, "usage": None,
-        })
+        writer = ResponseWriter(Response(
+            id=_id("resp"), created_at=int(time.time()), model=server.model_id(), instructions=body.instructions,
+            tools=body.tools or [], tool_choice=body.tool_choice or "auto",
+            parallel_tool_calls=body.parallel_tool_calls is not False, temperature=chat.temperature,
+            top_p=chat.top_p, max_output_tokens=body.max_output_tokens, text={"format": fmt},
+            metadata=raw.get("metadata") or {},
+        ))
 
         async def stream():
             for event in writer.start():
                 yield event
             reason = error = None
-            try:
-                async for choice_event in run.events(request.is_disconnected):
-                    for event in writer.add(choice_event.pieces):
-                        yield event
-                    reason, error = choice_event.finish_reason or reason, choice_event.error or error
-            except ClientGone:
-                return
+            async for choice_event in run.events():
+                for event in writer.add(choice_event.pieces):
+                    yield event
+                reason, error = choice_event.finish_reason or reason, choice_event.error or error
             status, fields = _ending(reason, error)
             for event in writer.finish(status, usage=_usage(run), **fields):
                 yield event
@@ -318,7 +278,7 @@ def responses_router(server: ServerCore) -> APIRouter:
             writer.add([ReplyPiece("call", call=c) for c in choice.reply.calls])
             status, fields = _ending(choice.finish_reason, choice.error)
             writer.finish(status, **fields)
-            return JSONResponse(writer.response(status, usage=_usage(run), **fields))
+            return JSONResponse(writer.response(status, usage=_usage(run), **fields).model_dump())
 
         return await respond(request, run, stream() if body.stream else None, whole)
 

@@ -26,9 +26,11 @@ from app.anthropic_api import anthropic_router
 from app.api_models import (
     ChatChoice,
     ChatCompletion,
+    ChatCompletionChunk,
     ChatCompletionRequest,
     Completion,
     CompletionChoice,
+    CompletionChunk,
     CompletionRequest,
     ResponseFunction,
     ResponseMessage,
@@ -85,8 +87,8 @@ def create_app(service: SwarmService) -> FastAPI:
         with_logprobs = body.top_logprobs_count is not None
         stream = None
         if body.stream:
-            chunks = ChunkMaker(response_id, model_id, "chat.completion.chunk", body.include_usage)
-            stream = chat_stream(run, chunks, request.is_disconnected, with_logprobs)
+            chunks = ChunkMaker(ChatCompletionChunk, response_id, model_id, body.include_usage)
+            stream = chat_stream(run, chunks, with_logprobs)
 
         def whole(choices: list[Choice]) -> JSONResponse:
             result = ChatCompletion(
@@ -124,8 +126,8 @@ def create_app(service: SwarmService) -> FastAPI:
         with_logprobs = body.top_logprobs_count is not None
         stream = None
         if body.stream:
-            chunks = ChunkMaker(response_id, model_id, "text_completion", body.include_usage)
-            stream = completion_stream(run, chunks, request.is_disconnected, echo, with_logprobs)
+            chunks = ChunkMaker(CompletionChunk, response_id, model_id, body.include_usage)
+            stream = completion_stream(run, chunks, echo, with_logprobs)
 
         def whole(choices: list[Choice]) -> JSONResponse:
             result = Completion(

@@ -27,7 +27,7 @@ from app.prom import ServerMetrics, build_registry
 from app.reasoning import ThinkTags, starts_thinking, think_tags
 from app.reply import ReplyParser
 from app.service import SwarmService
-from app.streaming import ClientGone, EventStreamResponse, RequestHandle
+from app.streaming import ClientGone, EventStreamResponse, RequestHandle, unless_hung_up
 from app.tool_calls import ToolCallFormat, detect_format
 from runtime.config import MAX_PRIORITY
 from runtime.policy_registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
@@ -330,7 +330,7 @@ async def respond(request: Request, run: ChatRun, stream: AsyncIterator[bytes] |
     if stream is not None:
         return EventStreamResponse(stream, on_close=run.close)
     try:
-        choices = await run.collect(request.is_disconnected)
+        choices = await unless_hung_up(request.receive, run.collect())
     except ClientGone:
         return Response(status_code=499)
     finally:

@@ -5,22 +5,34 @@ carries every output of an engine step across the thread boundary in one call. T
 them and sets its event; a consumer that falls behind takes several outputs in one go.
 
 A client that hangs up has its request aborted: the engine frees its lane and KV at the next step.
+Streams learn of the hang-up from Starlette, which cancels a StreamingResponse when the client's
+disconnect message arrives; a whole reply waits on that same message beside its outputs
+(`unless_hung_up`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api_models import ChatChunkChoice, ChatDelta, CompletionChoice, ResponseFunction, ResponseToolCall
+from app.api_models import (
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    CompletionChoice,
+    CompletionChunk,
+    ResponseFunction,
+    ResponseToolCall,
+    Usage,
+)
+from app.errors import ClientGone, error_body
 from app.logprobs import chat_logprobs, completion_logprobs
 from app.output_router import OutputRouter
 from runtime.request import Request, RequestOutput
@@ -28,14 +40,10 @@ from runtime.request import Request, RequestOutput
 if TYPE_CHECKING:
     from app.chat_run import ChatRun
 
-DISCONNECT_POLL_S = 0.5
+T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
-
-
-class ClientGone(Exception):
-    """The client hung up before its request finished."""
 
 
 class RequestObserver(Protocol):
@@ -99,39 +107,42 @@ class RequestHandle:
                 self.error = output.error
         return items
 
-    async def batches(
-        self, is_disconnected: Callable[[], Awaitable[bool]] | None = None
-    ) -> AsyncIterator[list[RequestOutput]]:
-        """Outputs in arrival order, several at a time when the reader lags; ends after the last.
-
-        Raises ClientGone when is_disconnected says so (asked every DISCONNECT_POLL_S).
-        """
-        loop = asyncio.get_running_loop()
-        next_check = loop.time() + DISCONNECT_POLL_S
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Outputs in arrival order, several at a time when the reader lags; ends after the last."""
         while True:
-            if is_disconnected is not None and loop.time() >= next_check:
-                if await is_disconnected():
-                    raise ClientGone
-                next_check = loop.time() + DISCONNECT_POLL_S
             items = self._take()
             if items:
                 yield items
                 if self.finished:
                     return
                 continue
-            if is_disconnected is None:
-                await self._event.wait()
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(next_check - loop.time(), 0.0)):
-                    await self._event.wait()
+            await self._event.wait()
 
-    async def collect(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> str:
-        """Waits for the whole output and returns its text."""
-        parts: list[str] = []
-        async for batch in self.batches(is_disconnected):
-            parts.extend(output.text for output in batch)
-        return "".join(parts)
+
+async def unless_hung_up(receive: Receive, work: Awaitable[T]) -> T:
+    """`work`'s result, or ClientGone as soon as the client's disconnect message arrives.
+
+    The same wait Starlette's StreamingResponse does for streams, for replies sent whole: once the
+    body is read, the next message the server hands the app is the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    hang_up = asyncio.ensure_future(_disconnect(receive))
+    try:
+        await asyncio.wait({task, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        pending = [waiter for waiter in (task, hang_up) if not waiter.done()]
+        for waiter in pending:
+            waiter.cancel()
+        # The work's own cleanup (its generators' finally blocks) runs before the caller goes on.
+        await asyncio.gather(*pending, return_exceptions=True)
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class EventStreamResponse(StreamingResponse):
@@ -154,77 +165,75 @@ def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
     return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def stream_error(message: str, status_type: str = "server_error", code: str | None = "engine_error") -> bytes:
-    return sse({"error": {"message": message, "type": status_type, "param": None, "code": code}})
+def sse_event(event: BaseModel) -> bytes:
+    """A typed stream event (Responses, Anthropic), named by its `type` as those streams name them."""
+    return sse(event.model_dump(), event=event.type)
+
+
+def stream_error(message: str) -> bytes:
+    return sse(error_body(500, message, code="engine_error"))
 
 
 class ChunkMaker:
-    """The fixed part of every chunk of one response."""
+    """The chunks of one streamed reply: its fixed head, and whether `usage` goes on the wire."""
 
-    def __init__(self, response_id: str, model: str, obj: str, include_usage: bool) -> None:
-        self.base = {"id": response_id, "object": obj, "created": int(time.time()), "model": model}
+    def __init__(self, chunk_type: type[ChatCompletionChunk] | type[CompletionChunk], response_id: str, model: str,
+                 include_usage: bool) -> None:
+        self._type = chunk_type
+        self._head = {"id": response_id, "created": int(time.time()), "model": model}
         self.include_usage = include_usage
+        # OpenAI sends usage on every chunk (null until the last) only to a client that asked for it.
+        self._exclude = None if include_usage else {"usage"}
 
-    def chunk(self, choice: BaseModel) -> bytes:
-        payload = {**self.base, "choices": [choice.model_dump()]}
-        if self.include_usage:
-            payload["usage"] = None
-        return sse(payload)
+    def chunk(self, choice: ChatChunkChoice | CompletionChoice) -> bytes:
+        return sse(self._type(**self._head, choices=[choice]).model_dump(exclude=self._exclude))
 
-    def usage_chunk(self, usage: dict[str, Any]) -> bytes:
-        return sse({**self.base, "choices": [], "usage": usage})
+    def usage_chunk(self, usage: Usage) -> bytes:
+        return sse(self._type(**self._head, choices=[], usage=usage).model_dump())
 
 
-async def chat_stream(run: ChatRun, chunks: ChunkMaker, is_disconnected: Callable[[], Awaitable[bool]],
-                      with_logprobs: bool) -> AsyncIterator[bytes]:
+async def chat_stream(run: ChatRun, chunks: ChunkMaker, with_logprobs: bool) -> AsyncIterator[bytes]:
     num_calls = [0] * len(run.handles)
     for index in range(len(run.handles)):
         yield chunks.chunk(ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")))
     error = None
-    try:
-        async for event in run.events(is_disconnected):
-            logprobs = chat_logprobs(event.logprobs) if with_logprobs and event.logprobs else None
-            for piece in event.pieces:
-                if piece.kind == "call":
-                    call = piece.call
-                    delta = ChatDelta(tool_calls=[ResponseToolCall(
-                        index=num_calls[event.index], id=call.id,
-                        function=ResponseFunction(name=call.name, arguments=call.arguments))])
-                    num_calls[event.index] += 1
-                elif piece.kind == "reasoning":
-                    delta = ChatDelta(reasoning_content=piece.text)
-                else:
-                    delta = ChatDelta(content=piece.text)
-                yield chunks.chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=logprobs))
-                logprobs = None
-            if logprobs is not None or event.finish_reason is not None:
-                yield chunks.chunk(ChatChunkChoice(index=event.index, delta=ChatDelta(), logprobs=logprobs,
-                                                   finish_reason=event.finish_reason))
-            error = error or event.error
-    except ClientGone:
-        return
+    async for event in run.events():
+        logprobs = chat_logprobs(event.logprobs) if with_logprobs and event.logprobs else None
+        for piece in event.pieces:
+            if piece.kind == "call":
+                call = piece.call
+                delta = ChatDelta(tool_calls=[ResponseToolCall(
+                    index=num_calls[event.index], id=call.id,
+                    function=ResponseFunction(name=call.name, arguments=call.arguments))])
+                num_calls[event.index] += 1
+            elif piece.kind == "reasoning":
+                delta = ChatDelta(reasoning_content=piece.text)
+            else:
+                delta = ChatDelta(content=piece.text)
+            yield chunks.chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=logprobs))
+            logprobs = None
+        if logprobs is not None or event.finish_reason is not None:
+            yield chunks.chunk(ChatChunkChoice(index=event.index, delta=ChatDelta(), logprobs=logprobs,
+                                               finish_reason=event.finish_reason))
+        error = error or event.error
     for end in _stream_end(run, chunks, error):
         yield end
 
 
-async def completion_stream(run: ChatRun, chunks: ChunkMaker, is_disconnected: Callable[[], Awaitable[bool]],
-                            echo: str, with_logprobs: bool) -> AsyncIterator[bytes]:
+async def completion_stream(run: ChatRun, chunks: ChunkMaker, echo: str, with_logprobs: bool) -> AsyncIterator[bytes]:
     offsets = [len(echo)] * len(run.handles)
     if echo:
         for index in range(len(run.handles)):
             yield chunks.chunk(CompletionChoice(index=index, text=echo))
     error = None
-    try:
-        async for event in run.events(is_disconnected):
-            text = "".join(piece.text for piece in event.pieces)
-            logprobs = completion_logprobs(event.logprobs, offsets[event.index]) if with_logprobs else None
-            offsets[event.index] += sum(len(t) for t in logprobs.tokens) if logprobs else 0
-            if text or logprobs and logprobs.tokens or event.finish_reason is not None:
-                yield chunks.chunk(CompletionChoice(index=event.index, text=text, logprobs=logprobs,
-                                                    finish_reason=event.finish_reason))
-            error = error or event.error
-    except ClientGone:
-        return
+    async for event in run.events():
+        text = "".join(piece.text for piece in event.pieces)
+        logprobs = completion_logprobs(event.logprobs, offsets[event.index]) if with_logprobs else None
+        offsets[event.index] += sum(len(t) for t in logprobs.tokens) if logprobs else 0
+        if text or logprobs and logprobs.tokens or event.finish_reason is not None:
+            yield chunks.chunk(CompletionChoice(index=event.index, text=text, logprobs=logprobs,
+                                                finish_reason=event.finish_reason))
+        error = error or event.error
     for end in _stream_end(run, chunks, error):
         yield end
 
@@ -234,5 +243,5 @@ def _stream_end(run: ChatRun, chunks: ChunkMaker, error: str | None) -> Iterator
     if error is not None:
         yield stream_error(error)
     elif chunks.include_usage:
-        yield chunks.usage_chunk(run.usage())
+        yield chunks.usage_chunk(Usage(**run.usage()))
     yield DONE

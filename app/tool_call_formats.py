@@ -40,9 +40,6 @@ class ParsedToolCall:
     arguments: str  # JSON text, as OpenAI sends it
     id: str = field(default_factory=new_call_id)
 
-    def as_openai(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
 
 def declared(name: Any, tools: Tools) -> bool:
     return isinstance(name, str) and bool(name) and (tools is None or name in tools)

@@ -24,15 +24,13 @@ from app.tool_call_formats import (
     PYTHON_TAG,
     ParsedToolCall,
     Tools,
-    new_call_id,
     parse_json_block,
     parse_llama3,
     parse_mistral,
     parse_xml_block,
 )
 
-__all__ = ["ParsedToolCall", "ToolCallFormat", "ToolCallStreamParser", "detect_format", "new_call_id",
-           "parse_tool_calls"]
+__all__ = ["ToolCallFormat", "ToolCallStreamParser", "detect_format", "parse_tool_calls"]
 
 
 class ToolCallFormat(enum.Enum):

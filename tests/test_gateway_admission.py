@@ -9,9 +9,10 @@ import pytest
 
 from app.backend_metrics import parse_metrics
 from app.backends import BackendConfig
-from app.errors import APIError
-from app.gateway import ClientGone, Gateway
+from app.errors import APIError, ClientGone
+from app.gateway import Gateway
 from app.gateway_request import inspect
+from app.streaming import unless_hung_up
 from tests.test_gateway_metrics import LLAMA_SERVER
 
 
@@ -28,10 +29,6 @@ def _req(agent: str, system: str = "S", priority: int = 0):
     return inspect(body.encode(), None)
 
 
-async def _never() -> bool:
-    return False
-
-
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 10))
 
@@ -39,9 +36,9 @@ def run(coro):
 def test_a_full_backend_queues_and_a_finished_request_admits_the_next():
     async def main():
         gw = _gateway(n=1, slots=2)
-        a = await gw.acquire(_req("a"), _never)
-        b = await gw.acquire(_req("b"), _never)
-        third = asyncio.create_task(gw.acquire(_req("c"), _never))
+        a = await gw.acquire(_req("a"))
+        b = await gw.acquire(_req("b"))
+        third = asyncio.create_task(gw.acquire(_req("c")))
         await asyncio.sleep(0.05)
         assert not third.done() and gw.num_waiting == 1
         gw.release(a)
@@ -57,7 +54,7 @@ def test_a_backend_reporting_its_own_queue_counts_as_full():
         backend = gw.backends[0]
         backend.kind = "llama-server"
         backend.note_sample(parse_metrics(LLAMA_SERVER), now=1.0)  # 3 requests deferred
-        waiting = asyncio.create_task(gw.acquire(_req("a"), _never))
+        waiting = asyncio.create_task(gw.acquire(_req("a")))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         backend.note_sample(parse_metrics(LLAMA_SERVER.replace("requests_deferred 3", "requests_deferred 0")), 2.0)
@@ -71,10 +68,10 @@ def test_a_backend_reporting_its_own_queue_counts_as_full():
 def test_the_policy_decides_who_gets_a_freed_slot(policy, admitted):
     async def main():
         gw = _gateway(n=1, slots=2, policy=policy)
-        held = [await gw.acquire(_req("hog"), _never) for _ in range(2)]
-        waiting = {"hog": asyncio.create_task(gw.acquire(_req("hog"), _never))}
+        held = [await gw.acquire(_req("hog")) for _ in range(2)]
+        waiting = {"hog": asyncio.create_task(gw.acquire(_req("hog")))}
         await asyncio.sleep(0.01)
-        waiting["calm"] = asyncio.create_task(gw.acquire(_req("calm"), _never))
+        waiting["calm"] = asyncio.create_task(gw.acquire(_req("calm")))
         await asyncio.sleep(0.01)
         gw.release(held[0])  # hog still has one open, calm none
         await asyncio.sleep(0.01)
@@ -87,10 +84,10 @@ def test_the_policy_decides_who_gets_a_freed_slot(policy, admitted):
 def test_priority_goes_first_whatever_the_policy():
     async def main():
         gw = _gateway(n=1, slots=1)
-        held = await gw.acquire(_req("a"), _never)
-        low = asyncio.create_task(gw.acquire(_req("b", priority=5), _never))
+        held = await gw.acquire(_req("a"))
+        low = asyncio.create_task(gw.acquire(_req("b", priority=5)))
         await asyncio.sleep(0.01)
-        urgent = asyncio.create_task(gw.acquire(_req("c", priority=-1), _never))
+        urgent = asyncio.create_task(gw.acquire(_req("c", priority=-1)))
         await asyncio.sleep(0.01)
         gw.release(held)
         lease = await urgent
@@ -104,12 +101,12 @@ def test_priority_goes_first_whatever_the_policy():
 def test_affinity_keeps_an_agent_and_puts_new_agents_where_their_prompt_is():
     async def main():
         gw = _gateway(n=2, slots=4)
-        first = await gw.acquire(_req("a1", "team-x"), _never)
+        first = await gw.acquire(_req("a1", "team-x"))
         home = first.backend
         gw.release(first)
-        again = await gw.acquire(_req("a1", "team-x"), _never)
-        teammate = await gw.acquire(_req("a2", "team-x"), _never)
-        stranger = await gw.acquire(_req("b1", "team-y"), _never)
+        again = await gw.acquire(_req("a1", "team-x"))
+        teammate = await gw.acquire(_req("a2", "team-x"))
+        stranger = await gw.acquire(_req("b1", "team-y"))
         assert again.backend is home and teammate.backend is home
         assert stranger.backend is not home  # nothing holds team-y: the lighter backend
 
@@ -119,9 +116,9 @@ def test_affinity_keeps_an_agent_and_puts_new_agents_where_their_prompt_is():
 def test_a_much_busier_home_overrides_affinity():
     async def main():
         gw = _gateway(n=2, slots=4)
-        leases = [await gw.acquire(_req(f"x{i}", "team-x"), _never) for i in range(3)]
+        leases = [await gw.acquire(_req(f"x{i}", "team-x")) for i in range(3)]
         assert {lease.backend.label for lease in leases} == {gw.backends[0].label}
-        moved = await gw.acquire(_req("x3", "team-x"), _never)  # home at 3/4, the other idle
+        moved = await gw.acquire(_req("x3", "team-x"))  # home at 3/4, the other idle
         assert moved.backend is gw.backends[1] and gw.router.moves == 0
 
     run(main())
@@ -132,7 +129,7 @@ def test_round_robin_ignores_affinity():
         gw = _gateway(n=2, slots=4, routing="round-robin")
         seen = []
         for _ in range(4):
-            lease = await gw.acquire(_req("a1"), _never)
+            lease = await gw.acquire(_req("a1"))
             seen.append(lease.backend.label)
             gw.release(lease)
         assert seen[0] != seen[1] and seen[0] == seen[2]
@@ -143,14 +140,14 @@ def test_round_robin_ignores_affinity():
 def test_a_failed_backend_moves_its_agents_and_none_up_is_a_503():
     async def main():
         gw = _gateway(n=2, slots=4)
-        lease = await gw.acquire(_req("a1"), _never)
+        lease = await gw.acquire(_req("a1"))
         gw.backend_failed(lease, "failed mid-stream")
         assert lease.backend.up is False and lease.backend.inflight == 0
-        again = await gw.acquire(_req("a1"), _never)
+        again = await gw.acquire(_req("a1"))
         assert again.backend is not lease.backend and gw.router.moves == 1
         gw.backend_failed(again, "gone too")
         with pytest.raises(APIError) as info:
-            await gw.acquire(_req("a1"), _never)
+            await gw.acquire(_req("a1"))
         assert info.value.status == 503 and info.value.code == "no_backend"
 
     run(main())
@@ -159,14 +156,16 @@ def test_a_failed_backend_moves_its_agents_and_none_up_is_a_503():
 def test_a_client_that_leaves_while_queued_leaves_the_queue():
     async def main():
         gw = _gateway(n=1, slots=1)
-        await gw.acquire(_req("a"), _never)
+        await gw.acquire(_req("a"))
         gone = asyncio.Event()
 
-        async def is_gone() -> bool:
-            return gone.is_set()
+        async def receive() -> dict:
+            await gone.wait()
+            return {"type": "http.disconnect"}
 
-        waiter = asyncio.create_task(gw.acquire(_req("b"), is_gone))
+        waiter = asyncio.create_task(unless_hung_up(receive, gw.acquire(_req("b"))))
         await asyncio.sleep(0.05)
+        assert gw.num_waiting == 1
         gone.set()
         with pytest.raises(ClientGone):
             await waiter

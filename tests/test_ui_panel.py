@@ -119,10 +119,19 @@ def test_the_swarm_launcher_drives_the_endpoint_over_http(window, qtbot):
                         and not window.endpoint.connected.text().startswith("0 "), timeout=5000)
         driver.join(10)
     assert report["result"].requests > 0
-    rows = window.endpoint.table.agents.rows
-    qtbot.waitUntil(lambda: len(window.endpoint.table.agents.rows) == 4, timeout=2000)
-    assert {row.agent for row in window.endpoint.table.agents.rows} == {f"agent-0{i}" for i in range(1, 5)}
-    assert rows is not None
+    from ui.agents_table import HEADERS
+
+    agents = window.endpoint.table.agents
+    qtbot.waitUntil(lambda: len(agents.rows) == 4, timeout=2000)
+    assert {row.agent for row in agents.rows} == {f"agent-0{i}" for i in range(1, 5)}
+    # Each agent's row counts the requests it was served over HTTP and their tokens, and the table shows them.
+    qtbot.waitUntil(lambda: all(row.figures.requests > 0 and row.figures.tokens > 0 for row in agents.rows),
+                    timeout=2000)
+    requests, tokens = HEADERS.index("req"), HEADERS.index("tokens")
+    for i, row in enumerate(agents.rows):
+        assert agents.data(agents.index(i, 0)) == row.agent
+        assert agents.data(agents.index(i, requests)) == str(row.figures.requests)
+        assert agents.data(agents.index(i, tokens)) == f"{row.figures.tokens:,}"
 
 
 @pytest.mark.parametrize("card", [STEADY_CARD])

@@ -40,13 +40,6 @@ class Marker:
     label: str
 
 
-def lane_codes(lanes: str, width: int) -> np.ndarray:
-    row = np.zeros(width, dtype=np.uint8)
-    codes = _LANE_CODES[np.frombuffer(lanes.encode("ascii", "replace"), dtype=np.uint8)[:width]]
-    row[: len(codes)] = codes
-    return row
-
-
 class StepFeed:
     def __init__(self, step_capacity: int = 16384, tick_capacity: int = 4096, timeline_capacity: int = 1024,
                  max_lanes: int = 128, window_s: float = 1.0) -> None:
