@@ -25,7 +25,8 @@ BUNDLED_ALIAS = "smollm2"
 DEMO_ALIAS = "demo"
 # The Settings fields that pick and shape the engine.
 ENGINE_FIELDS = ("engine", "model", "profile", "n_ctx", "n_batch", "n_gpu_layers", "flash_attn", "kv_type",
-                 "threads", "checkpoint_budget_mb", "extra_buffers", "kv_unified")
+                 "threads", "checkpoint_budget_mb", "extra_buffers", "kv_unified",
+                 "park_budget_mb")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, **how: Any) -> None:
@@ -70,6 +71,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int) -> Engine:
         extra_buffers_reason=decision.reason,
         note=note,
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
+        park_cached=o.park_budget_mb > 0,
+        park_budget_bytes=o.park_budget_mb << 20,
     )
 
 

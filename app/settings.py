@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     extra_buffers: Literal["auto", "on", "off"] = Field(
         "auto", description="llama.cpp's extra buffer types (AMX, repacked weights), which crash or miscompute on "
         "some CPUs: auto decides by a one-time probe in a child process, remembered per build, CPU and model")
+    park_budget_mb: int = Field(
+        2048, ge=0, le=1 << 20, description="Unified KV: host memory where finished sequences kept for prefix reuse "
+        "wait (parked) instead of KV cells, which every live sequence's attention walks; 0 keeps them in the KV")
     kv_unified: bool = Field(
         True, description="One KV pool every lane may fill and share prefixes from; off gives each lane its own "
         "n_ctx/max_batch share (llama-server's layout): cheaper attention on small models, and reuse only of a "

@@ -49,6 +49,7 @@ from runtime.engine import (
 from runtime.checkpoints import CheckpointStore
 from runtime.llama_batch import TokenBatch
 from runtime.llama_log import ensure_backend, take_recent_problems
+from runtime.kv_parking import ParkedSequence, ParkedSequences
 from runtime.llama_memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from runtime.llama_model_info import chat_template, model_facts
 from runtime.llama_sampling import build_sampler_chain, free_sampler_chain, token_logprob
@@ -60,6 +61,8 @@ log = logging.getLogger(__name__)
 # Host memory for recurrent-state checkpoints: about 20 of Qwen3.5-9B's ~50 MB states, thousands of a
 # tiny model's. Outside the KV, which llama.cpp sizes from n_ctx alone.
 DEFAULT_CHECKPOINT_BUDGET = 1 << 30
+# Host memory for finished sequences parked out of a unified KV pool (runtime.kv_parking).
+DEFAULT_PARK_BUDGET = 2 << 30
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
@@ -113,12 +116,17 @@ class LlamaEngine:
         extra_buffers_reason: str = "off unless asked for",
         note: str | None = None,
         checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET,
+        park_cached: bool = True,
+        park_budget_bytes: int = DEFAULT_PARK_BUDGET,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
         self._lanes: dict[int, _Lane] = {}
         # request_id of a finished request -> the cache sequence id holding its prefix.
         self._cached: dict[int, int] = {}
+        # Unified KV: finished sequences kept for reuse wait in host RAM instead (runtime.kv_parking).
+        self.parks_cached = kv_unified and park_cached
+        self._parked = ParkedSequences(park_budget_bytes)
         self.path = Path(model_path)
         max_seqs = llama_cpp.llama_max_parallel_sequences()
         if not 1 <= max_lanes <= max_seqs:
@@ -129,6 +137,12 @@ class LlamaEngine:
             cache_slots = max_lanes if cache_slots is None else cache_slots
             if not 0 <= cache_slots <= max_lanes:
                 raise ValueError(f"with split KV, cache_slots must be within 0..{max_lanes}, got {cache_slots}")
+            n_seq_max = max_lanes
+        elif self.parks_cached:
+            # Parked sequences need no sequence id: as many as lanes, within the host budget.
+            cache_slots = max_lanes if cache_slots is None else cache_slots
+            if cache_slots < 0:
+                raise ValueError(f"cache_slots must not be negative, got {cache_slots}")
             n_seq_max = max_lanes
         else:
             # As many cached sequences as lanes, within llama.cpp's limit on sequence ids.
@@ -154,7 +168,7 @@ class LlamaEngine:
         self.max_cached_sequences = cache_slots
         self.kv_unified = kv_unified
         # Live plus cached sequences the engine holds at once, and whether a prefix can be copied.
-        self.max_sequences = n_seq_max
+        self.max_sequences = None if self.parks_cached else n_seq_max
         self.copies_prefixes = kv_unified
         self._model = self._load_model(n_gpu_layers)
         try:
@@ -176,7 +190,8 @@ class LlamaEngine:
             # llama.cpp clamps n_batch to n_ctx.
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
-            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
+            self._free_cache_ids = (list(range(max_lanes, max_lanes + cache_slots))
+                                    if kv_unified and not self.parks_cached else [])
             self._token_batch = TokenBatch(self.max_step_tokens)
             self._batch = self._token_batch.batch
             self._chat_template = chat_template(self._model)
@@ -244,11 +259,13 @@ class LlamaEngine:
     def caps(self) -> EngineCaps:
         return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
-                          self.sequence_state_tokens, self.turn_end_tokens)
+                          self.sequence_state_tokens, self.turn_end_tokens, self.parks_cached)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
-                  "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes}
+                  "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes,
+                  "parked_sequences": len(self._parked), "parked_bytes": self._parked.num_bytes,
+                  "park_budget_bytes": self._parked.budget_bytes if self.parks_cached else 0}
         if self.checkpoints is not None:
             memory.update(checkpoints=len(self.checkpoints), checkpoint_bytes=self.checkpoints.num_bytes,
                           checkpoint_budget_bytes=self.checkpoints.budget_bytes)
@@ -283,6 +300,7 @@ class LlamaEngine:
             free_sampler_chain(lane.sampler)
         self._lanes.clear()
         self._cached.clear()
+        self._parked.clear()
         # The batch's arrays are numpy's, freed with the TokenBatch.
         self._batch = None
         if self._ctx:
@@ -302,6 +320,9 @@ class LlamaEngine:
     def cached_kv_positions(self) -> list[int]:
         """Highest KV position of each cache slot (-1: empty), for diagnostics and tests."""
         self._require_open()
+        if self.parks_cached:
+            positions = [n - 1 for n in self._parked.lengths()]
+            return positions + [-1] * (self.max_cached_sequences - len(positions))
         if self.kv_unified:
             ids = range(self.max_lanes, self.max_lanes + self.max_cached_sequences)
         else:
@@ -311,7 +332,7 @@ class LlamaEngine:
 
     @property
     def num_cached_sequences(self) -> int:
-        return len(self._cached)
+        return len(self._cached) + len(self._parked)
 
     def __enter__(self) -> LlamaEngine:
         return self
@@ -358,6 +379,7 @@ class LlamaEngine:
             raise EngineError("the engine is closed")
 
     def _release(self, request: Request) -> None:
+        self._parked.pop(request.request_id)
         cache_id = self._cached.pop(request.request_id, None)
         if cache_id is not None:
             self._free_cached_id(cache_id)
@@ -382,6 +404,9 @@ class LlamaEngine:
         try:
             if dest.request_id in self._lanes:
                 raise ValueError("the destination of a prefix op already has a sequence")
+            if op.source.request_id in self._parked:
+                self._unpark(op)
+                return
             if op.kind is PrefixOpKind.ADOPT:
                 source_id = self._cached.pop(op.source.request_id, None)
             else:
@@ -412,9 +437,39 @@ class LlamaEngine:
         except MemoryRefused as exc:
             refused[dest.request_id] = str(exc)
         finally:
+            if op.kind is PrefixOpKind.ADOPT:
+                # A parked state is consumed either way too.
+                self._parked.pop(op.source.request_id)
             if op.kind is PrefixOpKind.ADOPT and source_id is not None:
                 # The cached sequence is consumed either way: its cells now belong to dest or nobody.
                 self._free_cached_id(source_id)
+
+    def _unpark(self, op: PrefixOp) -> None:
+        """Gives dest the first num_tokens of a parked sequence: its state restored, then cut back."""
+        parked, dest, n = self._parked.get(op.source.request_id), op.dest, op.num_tokens
+        if not 0 < n <= parked.num_tokens:
+            raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {parked.num_tokens}")
+        lane = self._lane_for(dest)
+        try:
+            self._memory.load(lane.seq_id, parked.data, parked.num_tokens)
+            if n < parked.num_tokens:
+                try:
+                    self._memory.trim(lane.seq_id, n, dest.token_ids)
+                except MemoryRefused:
+                    self._memory.drop(lane.seq_id)
+                    raise
+        except MemoryRefused:
+            del self._lanes[dest.request_id]
+            heapq.heappush(self._free_seq_ids, lane.seq_id)
+            raise
+
+    def _park(self, seq_id: int, rid: int, n: int, tokens: list[int]) -> None:
+        self._memory.trim(seq_id, n, tokens)
+        data = self._memory.save(seq_id)
+        if not self._parked.fits(len(data)):
+            raise MemoryRefused(f"parking {len(data)} bytes would pass the park budget of "
+                                f"{self._parked.budget_bytes} bytes")
+        self._parked.put(rid, ParkedSequence(data, n))
 
     def _cache_sequence(self, op: PrefixOp, refused: dict[int, str]) -> None:
         """A finished request's sequence stays resident, cut to op.num_tokens, or is freed if it cannot be."""
@@ -429,7 +484,9 @@ class LlamaEngine:
                 self._memory.trim(lane.seq_id, n, op.source.token_ids)
                 self._cached[rid] = lane.seq_id
                 return
-            if self._free_cache_ids and n > 0:
+            if self.parks_cached and n > 0:
+                self._park(lane.seq_id, rid, n, op.source.token_ids)
+            elif self._free_cache_ids and n > 0:
                 cache_id = heapq.heappop(self._free_cache_ids)
                 try:
                     self._memory.copy(lane.seq_id, cache_id, n, op.source.token_ids)

@@ -138,6 +138,23 @@ class SequenceMemory:
             raise
         self.advanced(dst, n)
 
+    def save(self, seq_id: int) -> ctypes.Array:
+        """The sequence's whole state (KV cells and any recurrent state), to park in host RAM."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq_id)
+        if written != size:
+            raise MemoryRefused(f"saving sequence {seq_id} wrote {written} of {size} bytes")
+        return buffer
+
+    def load(self, seq_id: int, data: ctypes.Array, n: int) -> None:
+        """Puts a saved state of n tokens into the empty sequence seq_id; on failure seq_id stays empty."""
+        self._kv_end.pop(seq_id, None)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), seq_id) == 0 or self.held(seq_id) != n:
+            self.drop(seq_id)
+            raise MemoryRefused(f"llama.cpp could not restore a parked sequence of {n} tokens into sequence {seq_id}")
+        self.advanced(seq_id, n)
+
     def snapshot(self, seq_id: int, tokens: list[int]) -> None:
         """Keeps a checkpoint of the sequence's recurrent state, which has seen exactly `tokens`."""
         if not self.exact_only or self.checkpoints is None:

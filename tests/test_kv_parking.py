@@ -1,0 +1,61 @@
+"""Finished sequences parked in host RAM (runtime.kv_parking), on both architectures: out of the KV
+cells while idle, back exactly when a later turn reuses them."""
+
+from __future__ import annotations
+
+import llama_cpp
+
+from runtime.llama_engine import LlamaEngine
+from runtime.request import Request
+from tests.test_prefix_llama import computed_fresh, finish, greedy, make_loop
+
+
+def _held_cells(engine: LlamaEngine) -> int:
+    """KV cells in use over every sequence id the context has."""
+    mem = llama_cpp.llama_get_memory(engine._ctx)
+    return sum(llama_cpp.llama_memory_seq_pos_max(mem, s) + 1 for s in range(llama_cpp.llama_n_seq_max(engine._ctx)))
+
+
+def _turns(engine: LlamaEngine, steps: list) -> tuple[Request, Request, int]:
+    loop = make_loop(engine, steps)
+    first = Request(engine.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
+    loop.scheduler.add(first, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    loop.step()
+    idle_cells = _held_cells(engine)
+    again = Request(first.token_ids + engine.tokenize(" The tool says: ok.", add_special=False), greedy(8), agent="a")
+    loop.scheduler.add(again, loop.clock.now())
+    while loop.scheduler.has_work:
+        loop.step()
+    finish(loop, engine)
+    return first, again, idle_cells
+
+
+def test_a_finished_sequence_waits_outside_the_kv_and_its_next_turn_resumes_exactly(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
+        steps: list = []
+        first, again, idle_cells = _turns(engine, steps)
+        assert engine.parks_cached and engine.caps.parks_cached_sequences
+        # While the agent was away its conversation held no cell that a live sequence attends over.
+        assert idle_cells == 0
+        assert sum(s.prefix_hits for s in steps) == first.num_tokens - 1
+        assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
+        assert engine.describe()["parked_sequences"] == 0 and engine.describe()["parked_bytes"] == 0
+
+
+def test_resident_cached_sequences_hold_cells_while_idle(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128, park_cached=False) as engine:
+        first, again, idle_cells = _turns(engine, [])
+        assert not engine.parks_cached
+        assert idle_cells == first.num_tokens - 1
+        assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
+
+
+def test_a_park_budget_too_small_recomputes_and_still_answers_exactly(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128, park_budget_bytes=1) as engine:
+        steps: list = []
+        first, again, _ = _turns(engine, steps)
+        assert sum(s.prefix_hits for s in steps) == 0
+        assert engine.num_cached_sequences == 0
+        assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
