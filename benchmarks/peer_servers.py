@@ -68,17 +68,20 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
 
 
 def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[str, list[str]]:
-    threads = str(args.threads)
+    # No --threads: each server takes its own default (the default configuration is what is compared).
+    ours_threads = ["--threads", str(args.threads)] if args.threads else []
+    peer_threads = ["-t", str(args.threads), "-tb", str(args.threads)] if args.threads else []
     commands = {
         "swarm-panel": [sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
                         "--port", str(port), "--max-batch", str(args.agents), "--n-ctx", str(args.n_ctx),
-                        "--threads", threads, "--policy", "continuous", *args.ours_arg],
+                        *ours_threads, "--policy", "continuous", *args.ours_arg],
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
-                         "-c", str(args.n_ctx), "-t", threads, "-tb", threads, "--no-webui", *args.peer_arg],
+                         "-c", str(args.n_ctx), *peer_threads, "--no-webui", *args.peer_arg],
     }
     if importlib.util.find_spec("sse_starlette") and importlib.util.find_spec("starlette_context"):
         commands["llama_cpp.server"] = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                                        "--port", str(port), "--n_ctx", "2048", "--n_threads", threads,
+                                        "--port", str(port), "--n_ctx", "2048",
+                                        *(["--n_threads", str(args.threads)] if args.threads else []),
                                         # Its default cancels a running stream whenever a new request arrives.
                                         "--interrupt_requests", "False"]
     else:
@@ -135,7 +138,8 @@ def main() -> int:
                              "bundled SmolLM2, as swarm-panel serves it on a CPU)")
     parser.add_argument("--reply-tokens", type=int, default=256, help="with --real-agents: most tokens per reply")
     parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for every server (default: each server's own default)")
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
     parser.add_argument("--ours-arg", action="append", default=[],
                         help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
