@@ -43,8 +43,10 @@ def build_engine(kind: str, *, realtime: bool, max_lanes: int, **fields: Any) ->
     return engine_for(SimpleNamespace(**options), realtime=realtime, max_lanes=max_lanes)
 
 
-def engine_for(options: object, *, realtime: bool, max_lanes: int) -> Engine:
-    """The engine named by anything with the engine fields: parsed flags or Settings (same names)."""
+def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core: bool = False) -> Engine:
+    """The engine named by anything with the engine fields: parsed flags or Settings (same names).
+
+    `leave_a_core`: with no threads set, a CPU run keeps one core for a desktop panel in the process."""
     o = options
     if o.engine == "modeled":
         return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
@@ -67,6 +69,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int) -> Engine:
         flash_attn=o.flash_attn,
         kv_type=o.kv_type,
         n_threads=o.threads,
+        leave_a_core=leave_a_core,
         extra_buffers=decision.enabled,
         extra_buffers_reason=decision.reason,
         note=note,

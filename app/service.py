@@ -56,8 +56,11 @@ class InflightAgents:
 
 
 class SwarmService:
-    def __init__(self, settings: Settings, engine_factory: Callable[[Settings], Engine] | None = None) -> None:
+    def __init__(self, settings: Settings, engine_factory: Callable[[Settings], Engine] | None = None,
+                 *, leave_a_core: bool = False) -> None:
         self.settings = settings
+        # The desktop panel paints in this process: its engine leaves a core free unless threads are set.
+        self.leave_a_core = leave_a_core
         # Builds the engine instead of the settings' engine/model (tests, custom profiles).
         self.engine_factory = engine_factory
         self.metrics = MetricsAggregator()
@@ -96,7 +99,7 @@ class SwarmService:
                 if self.engine_factory is not None:
                     engine = self.engine_factory(s)
                 else:
-                    engine = engine_for(s, realtime=True, max_lanes=s.max_batch)
+                    engine = engine_for(s, realtime=True, max_lanes=s.max_batch, leave_a_core=self.leave_a_core)
             except Exception as exc:
                 self.load_error = str(exc)
                 raise

@@ -83,16 +83,17 @@ class _Lane:
     sampler: llama_cpp.llama_sampler_p | None = None
 
 
-def default_threads(n_gpu_layers: int) -> int:
-    """On the CPU, every core but one: llama.cpp's thread barriers stall whenever another thread (the
-    panel, the HTTP loop) takes one of its cores. With GPU offload, llama.cpp's own default."""
+def default_threads(n_gpu_layers: int, leave_a_core: bool = False) -> int:
+    """On the CPU, every core, or every core but one beside a desktop panel: llama.cpp's thread barriers
+    stall whenever another thread (the panel's painting) takes one of its cores. With GPU offload,
+    llama.cpp's own default."""
     if n_gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload():
         return llama_cpp.llama_context_default_params().n_threads
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+    return max(1, cores - 1) if leave_a_core else cores
 
 
 class LlamaEngine:
@@ -110,6 +111,7 @@ class LlamaEngine:
         flash_attn: str | bool = "auto",
         kv_type: str = "f16",
         n_threads: int | None = None,
+        leave_a_core: bool = False,
         cache_slots: int | None = None,
         kv_unified: bool = True,
         extra_buffers: bool = False,
@@ -157,7 +159,7 @@ class LlamaEngine:
             raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {flash_attn!r}")
         if n_batch < 1 or n_ctx < 1:
             raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
-        self.n_threads = n_threads or default_threads(n_gpu_layers)
+        self.n_threads = n_threads or default_threads(n_gpu_layers, leave_a_core)
         self.kv_type, self.flash_attn, self.n_gpu_layers = kv_type, flash_attn, n_gpu_layers
         # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
         # logits on some CPUs; off unless the caller has probed this machine (runtime.extra_buffers_probe).

@@ -43,9 +43,21 @@ def test_an_agent_moves_on_to_a_new_task_after_its_turns():
     assert body["max_tokens"] == 256 and "ignore_eos" not in body
 
 
-def test_the_default_threads_leave_a_core_on_a_cpu_run():
+def test_the_default_threads_take_every_core_headless_and_leave_one_beside_the_panel():
     cores = len(os.sched_getaffinity(0))
-    assert default_threads(0) == max(1, cores - 1)
+    assert default_threads(0) == cores
+    assert default_threads(0, leave_a_core=True) == max(1, cores - 1)
+
+
+@pytest.mark.parametrize("leave_a_core", [False, True])
+def test_the_panels_service_leaves_a_core_and_a_headless_one_does_not(tiny_model_path, leave_a_core):
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=512, max_batch=2),
+                           leave_a_core=leave_a_core)
+    service.start()
+    try:
+        assert service.engine_thread.engine.n_threads == default_threads(0, leave_a_core)
+    finally:
+        service.stop()
 
 
 @pytest.mark.slow

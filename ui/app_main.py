@@ -136,7 +136,7 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         # timeline and the agent view show a live swarm before the user has touched anything. Never
         # uninvited against someone's fleet.
         swarm = FIRST_LAUNCH_AGENTS
-    service = SwarmService(settings)
+    service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, store)
     if screenshot is not None:
         window.resize(1760, 1000)  # a fixed size for scripted captures, whatever geometry was remembered

@@ -29,8 +29,9 @@ THREADS = field_spec("threads")
 EXTRA_BUFFERS_TIP = ("llama.cpp's extra buffer types (AMX, repacked CPU weights) are faster where they work, but crash "
                      "the process or compute wrong batched logits on some CPUs. 'Probe' tries them once in a child "
                      "process and remembers the verdict for this llama.cpp build, CPU and model.")
-THREADS_TIP = ("llama.cpp's CPU threads. Auto: every core but one on a CPU-only run, so the panel and the HTTP "
-               "loop never stall llama.cpp's thread barriers; llama.cpp's own default with GPU offload.")
+THREADS_TIP = ("llama.cpp's CPU threads. Auto: every core but one on a CPU-only run, so the panel's painting "
+               "never stalls llama.cpp's thread barriers (a headless serve takes every core); llama.cpp's own "
+               "default with GPU offload.")
 LAYOUTS = (
     (True, "Unified KV: lanes share one pool and their prompt prefixes"),
     (False, "Split KV: each lane its own n_ctx / lanes, as llama-server"),
