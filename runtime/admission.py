@@ -30,12 +30,11 @@ def fill_free_lanes(waiting: deque[Request], lanes: LaneTable, kv: KVBudget, pre
             continue
         request = waiting[0]
         need = request.num_tokens + 1 + state
-        # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed
-        # (a parked one comes back into the KV, so it needs its room all the same).
+        # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed.
         adopt = prefix.adoptable(request)
-        if adopt is not None and kv.cache_in_kv:
+        if adopt is not None:
             need -= adopt.num_tokens + state
-        while not kv.can_admit(need, promised) and kv.cache_in_kv and prefix.evict_one(keep=adopt):
+        while not kv.can_admit(need, promised) and prefix.evict_one(keep=adopt):
             pass
         if not kv.can_admit(need, promised):
             break

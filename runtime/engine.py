@@ -118,8 +118,6 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
-    # Finished sequences kept for reuse wait outside the KV cells (host RAM): they take no KV budget.
-    parks_cached_sequences: bool = False
 
 
 class EngineLoadError(RuntimeError):

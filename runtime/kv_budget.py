@@ -13,7 +13,7 @@ from runtime.prefix_cache import PrefixCache
 
 
 class KVBudget:
-    def __init__(self, capacity: int, state_tokens: int, cache: PrefixCache, cache_in_kv: bool = True) -> None:
+    def __init__(self, capacity: int, state_tokens: int, cache: PrefixCache) -> None:
         # What the engine holds; lowered when it ran out before the budget said it would.
         self.capacity = capacity
         # The config's kv_budget; None means all the engine has.
@@ -21,8 +21,6 @@ class KVBudget:
         self.state_tokens = state_tokens
         self.used = 0
         self._cache = cache
-        # False where the engine parks cached sequences outside its KV cells (runtime.kv_parking).
-        self.cache_in_kv = cache_in_kv
 
     @property
     def total(self) -> int:
@@ -30,8 +28,6 @@ class KVBudget:
 
     @property
     def cached(self) -> int:
-        if not self.cache_in_kv:
-            return 0
         return self._cache.num_tokens + self.state_tokens * len(self._cache)
 
     @property

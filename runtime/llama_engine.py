@@ -81,6 +81,8 @@ class _Lane:
 
     seq_id: int
     sampler: llama_cpp.llama_sampler_p | None = None
+    # Leading tokens whose KV cells it shares with another sequence (a unified-KV prefix copy).
+    shared: int = 0
 
 
 def default_threads(n_gpu_layers: int, leave_a_core: bool = False) -> int:
@@ -129,6 +131,8 @@ class LlamaEngine:
         # Unified KV: finished sequences kept for reuse wait in host RAM instead (runtime.kv_parking).
         self.parks_cached = kv_unified and park_cached
         self._parked = ParkedSequences(park_budget_bytes)
+        # cache seq id -> leading tokens whose cells it shares with another sequence.
+        self._cache_shared: dict[int, int] = {}
         self.path = Path(model_path)
         max_seqs = llama_cpp.llama_max_parallel_sequences()
         if not 1 <= max_lanes <= max_seqs:
@@ -139,12 +143,6 @@ class LlamaEngine:
             cache_slots = max_lanes if cache_slots is None else cache_slots
             if not 0 <= cache_slots <= max_lanes:
                 raise ValueError(f"with split KV, cache_slots must be within 0..{max_lanes}, got {cache_slots}")
-            n_seq_max = max_lanes
-        elif self.parks_cached:
-            # Parked sequences need no sequence id: as many as lanes, within the host budget.
-            cache_slots = max_lanes if cache_slots is None else cache_slots
-            if cache_slots < 0:
-                raise ValueError(f"cache_slots must not be negative, got {cache_slots}")
             n_seq_max = max_lanes
         else:
             # As many cached sequences as lanes, within llama.cpp's limit on sequence ids.
@@ -170,7 +168,7 @@ class LlamaEngine:
         self.max_cached_sequences = cache_slots
         self.kv_unified = kv_unified
         # Live plus cached sequences the engine holds at once, and whether a prefix can be copied.
-        self.max_sequences = None if self.parks_cached else n_seq_max
+        self.max_sequences = n_seq_max
         self.copies_prefixes = kv_unified
         self._model = self._load_model(n_gpu_layers)
         try:
@@ -192,8 +190,7 @@ class LlamaEngine:
             # llama.cpp clamps n_batch to n_ctx.
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
-            self._free_cache_ids = (list(range(max_lanes, max_lanes + cache_slots))
-                                    if kv_unified and not self.parks_cached else [])
+            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
             self._token_batch = TokenBatch(self.max_step_tokens)
             self._batch = self._token_batch.batch
             self._chat_template = chat_template(self._model)
@@ -261,7 +258,7 @@ class LlamaEngine:
     def caps(self) -> EngineCaps:
         return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
-                          self.sequence_state_tokens, self.turn_end_tokens, self.parks_cached)
+                          self.sequence_state_tokens, self.turn_end_tokens)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
@@ -320,16 +317,15 @@ class LlamaEngine:
                 for seq_id in range(self.max_lanes)]
 
     def cached_kv_positions(self) -> list[int]:
-        """Highest KV position of each cache slot (-1: empty), for diagnostics and tests."""
+        """Highest KV position of each cached sequence, resident ones first, then parked ones (-1: empty)."""
         self._require_open()
-        if self.parks_cached:
-            positions = [n - 1 for n in self._parked.lengths()]
-            return positions + [-1] * (self.max_cached_sequences - len(positions))
         if self.kv_unified:
             ids = range(self.max_lanes, self.max_lanes + self.max_cached_sequences)
         else:
             ids = sorted(self._cached.values())
         positions = [llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) for seq_id in ids]
+        if self._parked:
+            positions = [p for p in positions if p >= 0] + [n - 1 for n in self._parked.lengths()]
         return positions + [-1] * (self.max_cached_sequences - len(positions))
 
     @property
@@ -393,6 +389,7 @@ class LlamaEngine:
         heapq.heappush(self._free_seq_ids, lane.seq_id)
 
     def _free_cached_id(self, seq_id: int) -> None:
+        self._cache_shared.pop(seq_id, None)
         self._memory.drop(seq_id)
         heapq.heappush(self._free_cache_ids if self.kv_unified else self._free_seq_ids, seq_id)
 
@@ -434,6 +431,7 @@ class LlamaEngine:
                 del self._lanes[dest.request_id]
                 heapq.heappush(self._free_seq_ids, lane.seq_id)
                 raise
+            self._note_sharing(op, source_id, lane, n)
         except ValueError as exc:
             errors[dest.request_id] = str(exc)
         except MemoryRefused as exc:
@@ -445,6 +443,19 @@ class LlamaEngine:
             if op.kind is PrefixOpKind.ADOPT and source_id is not None:
                 # The cached sequence is consumed either way: its cells now belong to dest or nobody.
                 self._free_cached_id(source_id)
+
+    def _note_sharing(self, op: PrefixOp, source_id: int, lane: _Lane, n: int) -> None:
+        """After a unified copy of n tokens (seq_cp shares cells, it copies none): what dest shares."""
+        if op.kind is PrefixOpKind.ADOPT:
+            # The cached sequence goes; dest keeps sharing only what it shared with others.
+            lane.shared = min(n, self._cache_shared.get(source_id, 0))
+            return
+        lane.shared = n
+        source_lane = self._lanes.get(op.source.request_id)
+        if source_lane is not None:
+            source_lane.shared = max(source_lane.shared, n)
+        else:
+            self._cache_shared[source_id] = max(self._cache_shared.get(source_id, 0), n)
 
     def _unpark(self, op: PrefixOp) -> None:
         """Gives dest the first num_tokens of a parked sequence: its state restored, then cut back."""
@@ -486,7 +497,10 @@ class LlamaEngine:
                 self._memory.trim(lane.seq_id, n, op.source.token_ids)
                 self._cached[rid] = lane.seq_id
                 return
-            if self.parks_cached and n > 0:
+            shared = min(lane.shared, n)
+            # Parking frees only cells no other sequence holds, and a restore copies every cell back:
+            # a sequence that mostly shares (agents on one long system prompt) stays resident.
+            if self.parks_cached and n > 0 and n - shared >= shared:
                 self._park(lane.seq_id, rid, n, op.source.token_ids)
             elif self._free_cache_ids and n > 0:
                 cache_id = heapq.heappop(self._free_cache_ids)
@@ -496,6 +510,7 @@ class LlamaEngine:
                     heapq.heappush(self._free_cache_ids, cache_id)
                     raise
                 self._cached[rid] = cache_id
+                self._cache_shared[cache_id] = shared
         except MemoryRefused as exc:
             log.warning("request %d's sequence is not kept for reuse: %s", rid, exc)
             refused[rid] = str(exc)

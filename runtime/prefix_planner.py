@@ -97,8 +97,7 @@ class PrefixPlanner:
     def make_room(self, tokens: int, keep: CacheEntry | None = None) -> bool:
         """Evicts cached sequences, coldest first, until `tokens` fit; says whether they do."""
         while self.kv.free_tokens < tokens:
-            # Evicting a parked sequence frees no KV cell.
-            if not self.kv.cache_in_kv or not self.evict_one(keep):
+            if not self.evict_one(keep):
                 return False
         return True
 

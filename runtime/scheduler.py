@@ -66,8 +66,7 @@ class Scheduler:
         self._outputs: list[Delivery] = []
         # 0 entries means the engine takes no prefix ops: no reuse at all.
         self.prefix_cache = PrefixCache(caps.max_cached_sequences)
-        self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache,
-                           cache_in_kv=not caps.parks_cached_sequences)
+        self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache)
         self.kv.limit = config.kv_budget
         self.lanes = LaneTable(config.max_batch, self.kv)
         self.prefix = PrefixPlanner(self.prefix_cache, self.kv, caps, config)
@@ -173,8 +172,7 @@ class Scheduler:
         if used < self.kv_budget:
             log.warning("KV budget lowered from %d to %d tokens after the engine ran out", self.kv_budget, used)
             self.kv.capacity = max(used, 1)
-        evicted = self.kv.cache_in_kv and self.prefix.evict_one()
-        if not evicted and not self._preempt_one():
+        if not self.prefix.evict_one() and not self._preempt_one():
             # Only one live lane is left (or none): it cannot wait for anyone's KV, so it fails.
             victim, _ = pick_victim(self.lanes, self.policy, self.view)
             if victim is not None:

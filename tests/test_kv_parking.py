@@ -7,7 +7,7 @@ import llama_cpp
 
 from runtime.llama_engine import LlamaEngine
 from runtime.request import Request
-from tests.test_prefix_llama import computed_fresh, finish, greedy, make_loop
+from tests.test_prefix_llama import SYSTEM_TOKENS, computed_fresh, finish, greedy, make_loop, system_text
 
 
 def _held_cells(engine: LlamaEngine) -> int:
@@ -36,7 +36,7 @@ def test_a_finished_sequence_waits_outside_the_kv_and_its_next_turn_resumes_exac
     with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
         steps: list = []
         first, again, idle_cells = _turns(engine, steps)
-        assert engine.parks_cached and engine.caps.parks_cached_sequences
+        assert engine.parks_cached
         # While the agent was away its conversation held no cell that a live sequence attends over.
         assert idle_cells == 0
         assert sum(s.prefix_hits for s in steps) == first.num_tokens - 1
@@ -59,3 +59,22 @@ def test_a_park_budget_too_small_recomputes_and_still_answers_exactly(arch_model
         assert sum(s.prefix_hits for s in steps) == 0
         assert engine.num_cached_sequences == 0
         assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
+
+
+def test_sequences_that_mostly_share_a_system_prompt_stay_resident(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
+        loop = make_loop(engine)
+        system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+        agents = [Request(system + engine.tokenize(task, add_special=False), greedy(4), agent=task,
+                          checkpoint_positions=(SYSTEM_TOKENS,)) for task in ("alpha", "zeta")]
+        for request in agents:
+            loop.scheduler.add(request, loop.clock.now())
+        while loop.scheduler.has_work:
+            loop.step()
+        loop.step()
+        # The second copied the first's system prompt (shared cells): parking either would free only
+        # its few own cells, and a restore would copy all of them back.
+        assert engine.num_cached_sequences == 2 and engine.describe()["parked_sequences"] == 0
+        assert [r.output_token_ids for r in agents] == [
+            computed_fresh(engine, r.prompt_token_ids, 4) for r in agents]
+        finish(loop, engine)
