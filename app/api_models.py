@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.settings_fields import field_spec
 from runtime.config import POLICY_NAMES
 from runtime.request import MAX_TOP_LOGPROBS
 
@@ -298,16 +299,22 @@ class CompletionRequest(SamplingRequest):
         return value
 
 
+def _knob(name: str) -> Any:
+    spec = field_spec(name)
+    return Field(None, ge=spec.ge, le=spec.le)
+
+
 class SchedulerUpdate(BaseModel):
     """PUT /v1/scheduler: any subset of the knobs; unknown keys are an error."""
 
     model_config = ConfigDict(extra="forbid")
 
     policy: Literal[POLICY_NAMES] | None = None
-    max_batch: int | None = Field(None, ge=1, le=256)
-    prefill_chunk: int | None = Field(None, ge=1, le=65536)
-    kv_budget: int | None = Field(None, ge=1)
-    admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)
+    # Bounds as Settings declares them, so the API and every front end refuse the same values.
+    max_batch: int | None = _knob("max_batch")
+    prefill_chunk: int | None = _knob("prefill_chunk")
+    kv_budget: int | None = _knob("kv_budget")
+    admission_wait_s: float | None = _knob("admission_wait_s")
     prefix_cache: bool | None = None
     # Each replaces the whole map: agents left out go back to weight 1 and priority 0.
     agent_weights: dict[str, float] | None = None

@@ -23,6 +23,7 @@ from app.chat_run import ChatRun, Choice
 from app.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from app.errors import APIError, bad_request, overloaded
 from app.output_router import OutputRouter
+from app.settings import scheduler_values
 from app.prom import ServerMetrics, build_registry
 from app.reasoning import ThinkTags, starts_thinking, think_tags
 from app.reply import ReplyParser
@@ -256,12 +257,7 @@ class ServerCore:
     def scheduler_state(self, thread: EngineThread) -> dict[str, Any]:
         config = thread.config
         return {
-            "policy": config.policy,
-            "max_batch": config.max_batch,
-            "prefill_chunk": config.prefill_chunk,
-            "kv_budget": config.kv_budget,
-            "admission_wait_s": config.admission_wait_s,
-            "prefix_cache": config.prefix_cache,
+            **scheduler_values(config),
             # The seed's batching policies, and the agent-aware ones built on continuous batching.
             "policies": list(BATCHING_POLICY_NAMES),
             "agent_policies": list(AGENT_POLICY_NAMES),

@@ -13,8 +13,9 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from app.swarm import LENGTH_PRESETS, SwarmConfig, run_swarm
 from runtime.critical_path import CriticalPathWorkload
-from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
+from runtime.workload import SwarmWorkload
 from ui import theme
 from ui.local_swarm import LocalSwarm
 
@@ -22,11 +23,6 @@ log = logging.getLogger(__name__)
 
 OPEN_ENDED_S = 7 * 24 * 3600.0  # the launcher's swarm runs until stopped
 
-FALLBACK_PRESETS: dict[str, tuple[int, ...]] = {
-    "article": ARTICLE_LENGTHS,
-    "tool calls": (16, 24, 32, 40, 48, 64, 80, 96),
-    "long plans": (400, 600, 800, 1000, 1200, 1600),
-}
 MODES = (
     ("real", "real agents (natural stops)"),
     ("fixed", "fixed lengths (comparable)"),
@@ -45,10 +41,6 @@ PRESET_TIPS = {"article": "the article's eight agents, 40..900 tokens", "tool ca
 
 
 def length_presets() -> dict[str, tuple[int, ...]]:
-    try:
-        from app.swarm import LENGTH_PRESETS
-    except ImportError:
-        return dict(FALLBACK_PRESETS)
     return dict(LENGTH_PRESETS)
 
 
@@ -199,22 +191,17 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         mode = "local"
         if self.url and loop is not None:
             try:
-                from app.swarm import SwarmConfig, run_swarm
-            except ImportError:
-                pass
-            else:
-                try:
-                    config = SwarmConfig(url=self.url, agents=agents, lengths=lengths, spread=spread,
-                                         api_key=self.api_key or None, seconds=OPEN_ENDED_S,
-                                         real_agents=self.real_agents,
-                                         critical_path=self._critical_path(agents, lengths, spread))
-                except ValueError as exc:
-                    self.status.setText(f"Cannot start: {exc}")
-                    return None
-                self._stop_event = asyncio.Event()
-                self._task = asyncio.ensure_future(run_swarm(config, self._stop_event, self.round_done.emit))
-                self._task.add_done_callback(self._http_done)
-                mode = "http"
+                config = SwarmConfig(url=self.url, agents=agents, lengths=lengths, spread=spread,
+                                     api_key=self.api_key or None, seconds=OPEN_ENDED_S,
+                                     real_agents=self.real_agents,
+                                     critical_path=self._critical_path(agents, lengths, spread))
+            except ValueError as exc:
+                self.status.setText(f"Cannot start: {exc}")
+                return None
+            self._stop_event = asyncio.Event()
+            self._task = asyncio.ensure_future(run_swarm(config, self._stop_event, self.round_done.emit))
+            self._task.add_done_callback(self._http_done)
+            mode = "http"
         if mode == "local" and (self.real_agents or self.critical_path):
             self.status.setText("This swarm talks to the endpoint, which is off: start it, or pick fixed lengths.")
             return None
