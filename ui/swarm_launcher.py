@@ -15,7 +15,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.swarm import LENGTH_PRESETS, SwarmConfig, run_swarm
 from runtime.critical_path import CriticalPathWorkload
-from runtime.workload import SwarmWorkload
+from runtime.workload import ARTICLE_LENGTHS, SwarmWorkload
 from ui import theme
 from ui.local_swarm import LocalSwarm
 
