@@ -144,6 +144,9 @@ class SwarmCollector(Collector):
                     snap.checkpoints)
         yield gauge("recurrent_checkpoint_bytes", "Memory those checkpoints hold, outside the KV cache",
                     snap.checkpoint_bytes)
+        yield gauge("parked_sequences", "Finished sequences parked in host RAM instead of KV cells",
+                    snap.parked_sequences)
+        yield gauge("parked_sequence_bytes", "Host memory those parked sequences hold", snap.parked_bytes)
         yield counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache", snap.prefix_cache_queries)
         yield counter("prefix_cache_hits", "Prompt tokens served from the prefix cache", snap.prefix_cache_hits)
         yield counter("prompt_tokens", "Prompt tokens of finished HTTP requests", server.prompt_tokens)

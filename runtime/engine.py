@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runtime.request import Request
 
 if TYPE_CHECKING:
+    from runtime.kv_parking import ParkedSequences
     from runtime.checkpoints import CheckpointStore
 
 
@@ -118,6 +119,8 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
+    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.kv_parking); None: never.
+    parked: ParkedSequences | None = None
 
 
 class EngineLoadError(RuntimeError):

@@ -258,7 +258,8 @@ class LlamaEngine:
     def caps(self) -> EngineCaps:
         return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
-                          self.sequence_state_tokens, self.turn_end_tokens)
+                          self.sequence_state_tokens, self.turn_end_tokens,
+                          parked=self._parked if self.parks_cached else None)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,

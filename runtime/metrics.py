@@ -78,6 +78,9 @@ class MetricsSnapshot:
     # A hybrid model's recurrent-state checkpoints, in a memory budget of their own (0 for attention models).
     checkpoints: int = 0
     checkpoint_bytes: int = 0
+    # Finished sequences parked in host RAM instead of KV cells (unified KV).
+    parked_sequences: int = 0
+    parked_bytes: int = 0
     # Totals since reset, as vLLM names them: prompt tokens looked up, and tokens served from cache.
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
@@ -274,6 +277,8 @@ def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents:
     snap.cached_sequences = last.cached_sequences
     snap.checkpoints = last.checkpoints
     snap.checkpoint_bytes = last.checkpoint_bytes
+    snap.parked_sequences = last.parked_sequences
+    snap.parked_bytes = last.parked_bytes
     queried = sum(s.prefix_queries for s in window)
     snap.prefix_window_hit_rate = sum(s.prefix_hits for s in window) / queried if queried else 0.0
     if span > 0:

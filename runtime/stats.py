@@ -47,6 +47,10 @@ class StepStats:
     checkpoints: int = 0
     checkpoint_bytes: int = 0
     checkpoint_budget_bytes: int = 0
+    # Finished sequences parked in host RAM (runtime.kv_parking), in a budget of their own.
+    parked_sequences: int = 0
+    parked_bytes: int = 0
+    park_budget_bytes: int = 0
 
     @property
     def useful_rows(self) -> int:

@@ -79,6 +79,7 @@ class StatsBuilder:
         lanes = "".join(tally.lanes)
         live = tally.decode_rows + tally.prefill_rows + lanes.count(LANE_STALLED)
         checkpoints = sched.caps.checkpoints
+        parked = sched.caps.parked
         return StepStats(
             index=sched.num_steps,
             time=now,
@@ -100,6 +101,9 @@ class StatsBuilder:
             checkpoints=len(checkpoints) if checkpoints is not None else 0,
             checkpoint_bytes=checkpoints.num_bytes if checkpoints is not None else 0,
             checkpoint_budget_bytes=checkpoints.budget_bytes if checkpoints is not None else 0,
+            parked_sequences=len(parked) if parked is not None else 0,
+            parked_bytes=parked.num_bytes if parked is not None else 0,
+            park_budget_bytes=parked.budget_bytes if parked is not None else 0,
             prefix_queries=queries,
             prefix_hits=hits,
             prefix_agents=[(agent, q, h) for agent, (q, h) in agents.items()],

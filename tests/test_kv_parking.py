@@ -78,3 +78,37 @@ def test_sequences_that_mostly_share_a_system_prompt_stay_resident(arch_model_pa
         assert [r.output_token_ids for r in agents] == [
             computed_fresh(engine, r.prompt_token_ids, 4) for r in agents]
         finish(loop, engine)
+
+
+def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
+    from runtime.metrics import MetricsAggregator
+    from ui.plots import PlotsPanel
+    from ui.step_feed import StepFeed
+
+    with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
+        metrics = MetricsAggregator()
+        loop = make_loop(engine)
+        loop.on_stats = metrics.observe
+        first = Request(engine.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
+        loop.scheduler.add(first, loop.clock.now())
+        while loop.scheduler.has_work:
+            loop.step()
+        # Another agent's request steps while the first conversation waits parked.
+        other = Request(engine.tokenize("Summarise the diff."), greedy(2), agent="b")
+        loop.scheduler.add(other, loop.clock.now())
+        while loop.scheduler.has_work:
+            loop.step()
+        snap = metrics.snapshot()
+        assert snap.parked_sequences == 1 and snap.parked_bytes == engine.describe()["parked_bytes"] > 0
+        feed = StepFeed()
+        feed.pull(metrics)
+        feed.tick()
+        panel = PlotsPanel()
+        qtbot.addWidget(panel)
+        panel.refresh(feed)
+        budget = engine.describe()["park_budget_bytes"]
+        assert feed.latest("parked_pct") == 100.0 * snap.parked_bytes / budget
+        _, y = panel.curves["parked_pct"].getData()
+        assert y[-1] == feed.latest("parked_pct")
+        assert f"parked {snap.parked_bytes / 1e6:,.1f} MB in host RAM" in panel.kv_text.toPlainText()
+        finish(loop, engine)

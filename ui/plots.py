@@ -34,7 +34,9 @@ PLOTS = {
         ("kv_pct", "live KV %", theme.KV, False, 2.0, True),
         ("kv_cached_pct", "cached for reuse %", theme.PREFILL, True, 1.5, False),
         # A hybrid model's recurrent-state checkpoints, as a share of their own memory budget.
-        ("checkpoint_pct", "checkpoints % of their budget", theme.QUEUE, True, 1.5, False)]),
+        ("checkpoint_pct", "checkpoints % of their budget", theme.QUEUE, True, 1.5, False),
+        # Finished sequences parked in host RAM out of a unified KV, as a share of their own budget.
+        ("parked_pct", "parked % of their budget", theme.TEXT_DIM, True, 1.5, False)]),
     "utilization": ("Utilization", "%", [
         ("utilization", "utilization (useful / width held)", theme.MINT, False, 2.0, False),
         ("occupancy", "occupancy (live / max batch)", theme.USEFUL, True, 1.5, False)]),
@@ -114,7 +116,7 @@ class PlotsPanel(QtWidgets.QWidget):
         for plot in self.plots.values():
             plot.setXRange(start, end, padding=0)
         kv = np.concatenate((ticks.column("kv_pct")[lo:], ticks.column("kv_cached_pct")[lo:],
-                             ticks.column("checkpoint_pct")[lo:]))
+                             ticks.column("checkpoint_pct")[lo:], ticks.column("parked_pct")[lo:]))
         top = max(2.0, float(np.nanmax(kv)) * 1.3 if len(kv) else 2.0)
         if not math.isclose(top, self._kv_top, rel_tol=0.15):
             self._kv_top = min(top, 100.0)
@@ -128,6 +130,9 @@ class PlotsPanel(QtWidgets.QWidget):
             checkpoint_bytes = feed.steps.column("checkpoint_bytes", 1)
             if len(checkpoint_bytes) and checkpoint_bytes[0] > 0:
                 text += f"; checkpoints {checkpoint_bytes[0] / 1e6:,.1f} MB"
+            parked_bytes = feed.steps.column("parked_bytes", 1)
+            if len(parked_bytes) and parked_bytes[0] > 0:
+                text += f"; parked {parked_bytes[0] / 1e6:,.1f} MB in host RAM"
             self.kv_text.setText(text)
         self._sync_markers(feed.markers, start)
 

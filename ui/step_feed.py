@@ -27,10 +27,11 @@ for _char, _code in ((LANE_EMPTY, CODE_IDLE), (LANE_DECODE, CODE_DECODE), (LANE_
 
 STEP_COLUMNS = ("time", "duration", "useful", "padding", "held", "useful_rows", "live", "queue",
                 "kv_used", "kv_capacity", "max_batch", "prefill_tokens", "kv_cached", "checkpoint_bytes",
-                "checkpoint_budget")
+                "checkpoint_budget", "parked_bytes", "park_budget")
 # utilization and occupancy in percent here (they are fractions in `window`).
 TICK_COLUMNS = ("t", "tok_s", "padding_tok_s", "ceiling", "utilization", "occupancy", "live", "padding",
-                "held", "queue", "kv_pct", "kv_used", "max_batch", "kv_cached_pct", "kv_cached", "checkpoint_pct")
+                "held", "queue", "kv_pct", "kv_used", "max_batch", "kv_cached_pct", "kv_cached", "checkpoint_pct",
+                "parked_pct")
 
 
 @dataclass(slots=True, frozen=True)
@@ -79,7 +80,8 @@ class StepFeed:
         for i, s in enumerate(new):
             rows[i] = (s.time - self.t0, s.duration, s.useful_tokens, s.padding_lanes, s.width_held, s.useful_rows,
                        s.live_lanes, s.queue_depth, s.kv_used, s.kv_capacity, s.max_batch, s.prefill_tokens,
-                       s.kv_cached, s.checkpoint_bytes, s.checkpoint_budget_bytes)
+                       s.kv_cached, s.checkpoint_bytes, s.checkpoint_budget_bytes, s.parked_bytes,
+                       s.park_budget_bytes)
             if s.lanes:
                 codes = _LANE_CODES[np.frombuffer(s.lanes.encode("ascii", "replace"), dtype=np.uint8)]
                 n = min(len(codes), self.max_lanes)
@@ -154,10 +156,11 @@ class StepFeed:
             kv_used, kv_cap = self.steps.column("kv_used")[-1], self.steps.column("kv_capacity")[-1]
             kv_cached = self.steps.column("kv_cached")[-1]
             ckpt, ckpt_budget = self.steps.column("checkpoint_bytes")[-1], self.steps.column("checkpoint_budget")[-1]
+            parked, park_budget = self.steps.column("parked_bytes")[-1], self.steps.column("park_budget")[-1]
             max_batch = self.steps.column("max_batch")[-1]
         else:
             kv_used, kv_cap, kv_cached, max_batch = 0.0, 0.0, 0.0, math.nan
-            ckpt = ckpt_budget = 0.0
+            ckpt = ckpt_budget = parked = park_budget = 0.0
         if w["steps"] == 0:
             kv_used = 0.0
         if waiting is not None and n == 0:
@@ -166,7 +169,8 @@ class StepFeed:
         self.ticks.append((now, w["tok_s"], w["padding_tok_s"], ceiling, 100 * w["utilization"], 100 * w["occupancy"], live,
                            padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, max_batch,
                            100.0 * kv_cached / kv_cap if kv_cap else 0.0, kv_cached,
-                           100.0 * ckpt / ckpt_budget if ckpt_budget else 0.0))
+                           100.0 * ckpt / ckpt_budget if ckpt_budget else 0.0,
+                           100.0 * parked / park_budget if park_budget else 0.0))
 
     def latest(self, name: str) -> float:
         column = self.ticks.column(name, 1)
