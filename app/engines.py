@@ -12,6 +12,7 @@ from app.settings_fields import field_spec
 from app.settings_flags import add_settings_arguments
 from runtime.bundled_model import bundled_model_path, cpu_copy
 from runtime.demo_model import ensure_demo_model
+from runtime.config import auto_kv_unified
 from runtime.engine import Engine
 from runtime.modeled_engine import ModeledEngine
 from runtime.profiles import PROFILES
@@ -58,11 +59,12 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         raise ModelLoadError(f"cannot load model {path}: no such file")
     decision = decide_extra_buffers(path, o.extra_buffers)
     log.info("loading %s (extra buffer types: %s)", path, decision.reason)
+    unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
     return LlamaEngine(
         path,
         # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
-        max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256) if o.kv_unified else max_lanes,
-        kv_unified=o.kv_unified,
+        max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256) if unified else max_lanes,
+        kv_unified=unified,
         n_ctx=o.n_ctx,
         n_batch=o.n_batch,
         n_gpu_layers=o.n_gpu_layers,

@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from app.backends import BackendConfig
-from runtime.config import MAX_LANES, SchedulerConfig
+from runtime.config import MAX_LANES, SPLIT_KV_MIN_LANE_TOKENS, SchedulerConfig
 from runtime.policy_registry import POLICY_NAMES
 from runtime.profiles import PROFILES
 
@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     admission_wait_s: float = Field(0.05, ge=0, le=60, description="How long a static batch waits to fill up")
     prefix_cache: bool = Field(True, description="Keep finished sequences' KV to reuse shared prompt prefixes")
 
-    n_ctx: int = Field(8192, ge=256, le=1 << 20, description="llama.cpp context size, shared by all lanes")
+    n_ctx: int = Field(32768, ge=256, le=1 << 20, description="llama.cpp context size: every lane's KV together")
     n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
     n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="llama.cpp flash attention")
@@ -73,10 +73,10 @@ class Settings(BaseSettings):
     park_budget_mb: int = Field(
         2048, ge=0, le=1 << 20, description="Unified KV: host memory where finished sequences kept for prefix reuse "
         "wait (parked) instead of KV cells, which every live sequence's attention walks; 0 keeps them in the KV")
-    kv_unified: bool = Field(
-        True, description="One KV pool every lane may fill and share prefixes from; off gives each lane its own "
-        "n_ctx/max_batch share (llama-server's layout): cheaper attention on small models, and reuse only of a "
-        "lane's own cached conversation")
+    kv_unified: bool | None = Field(
+        None, description="One KV pool every lane may fill, sharing a common prefix's cells; off gives each lane its "
+        "own n_ctx/max_batch share (llama-server's layout), whose attention walks only its own cells; none chooses: "
+        f"split whenever each lane's share is at least {SPLIT_KV_MIN_LANE_TOKENS} tokens")
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")

@@ -137,7 +137,7 @@ def main() -> int:
                         help="real multi-turn coding chats with natural stops, for --seconds (default model: the "
                              "bundled SmolLM2, as swarm-panel serves it on a CPU)")
     parser.add_argument("--reply-tokens", type=int, default=256, help="with --real-agents: most tokens per reply")
-    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--n-ctx", type=int, default=32768)
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for every server (default: each server's own default)")
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")

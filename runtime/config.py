@@ -57,3 +57,16 @@ class SchedulerConfig:
         if unknown:
             raise ValueError(f"unknown scheduler setting(s): {', '.join(sorted(unknown))}")
         return replace(self, **changes)
+
+
+# Auto layout: split KV once each lane's share of n_ctx holds a conversation of this many tokens.
+SPLIT_KV_MIN_LANE_TOKENS = 4096
+
+
+def auto_kv_unified(n_ctx: int, lanes: int) -> bool:
+    """The KV layout when none is asked for. Split streams attend over their own cells only, where a
+    unified pool makes every token's attention walk every live sequence's cells (masked); the split
+    layout keeps a prefix cache too (adoption in place, copies through host RAM), so it is chosen
+    whenever each lane's fixed share is a useful context, and unified, which lets any one sequence
+    fill the whole context, when the shares would be too small."""
+    return n_ctx // max(lanes, 1) < SPLIT_KV_MIN_LANE_TOKENS

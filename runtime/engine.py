@@ -110,7 +110,7 @@ class EngineCaps:
     max_cached_sequences: int = 0
     # Live plus cached sequences held at once, where they share one pool of ids (None: no shared pool).
     max_sequences: int | None = None
-    # Whether a prefix can be copied into a new sequence (False: llama.cpp's split KV only adopts).
+    # Whether a prefix can be copied into a new sequence (False: the engine only adopts cached ones).
     copies_prefixes: bool = True
     # A hybrid or recurrent model's checkpoint store: a sequence resumes only at its own end or at a
     # checkpoint held there, and the engine keeps one after every row marked `checkpoint`. None: attention.
@@ -121,6 +121,9 @@ class EngineCaps:
     turn_end_tokens: frozenset[int] = frozenset()
     # Host RAM where the engine parks finished sequences out of its KV cells (runtime.kv_parking); None: never.
     parked: ParkedSequences | None = None
+    # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
+    # cached sequences then stay within the width, so the ids in use are low and gap-free.
+    consecutive_ids: bool = False
 
 
 class EngineLoadError(RuntimeError):

@@ -5,11 +5,12 @@ reuse use ids max_lanes..max_lanes+cache_slots-1. Moving KV between ids (llama_m
 seq_rm) only relabels cells, so caching, adopting and copying a prefix cost a scan of the cell
 metadata, never a recomputation.
 
-Split KV: each id is its own stream, and llama.cpp cannot copy part of one stream into another. A
+Split KV: each id is its own stream, and llama.cpp copies between streams only whole streams. A
 finished sequence stays cached in its own stream, and a request that adopts it takes over that
-stream (trimmed to the shared prefix), as llama-server's slots keep their last prompt. Live and
-cached sequences share the max_lanes ids, so the scheduler evicts a cached one before a new lane
-needs its id (`max_sequences`), and never asks for a copy (`copies_prefixes`).
+stream (trimmed to the shared prefix), as llama-server's slots keep their last prompt. A copy (a
+shared system prompt into another agent's stream) takes the source's state through host RAM
+(`SequenceMemory.copy_across`). Live and cached sequences share the max_lanes ids, so the scheduler
+evicts a cached one before a new lane needs its id (`max_sequences`, `consecutive_ids`).
 
 Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence beside the KV, which
 cannot be cut back or copied in part: runtime.llama_memory does every memory operation by model
@@ -169,7 +170,7 @@ class LlamaEngine:
         self.kv_unified = kv_unified
         # Live plus cached sequences the engine holds at once, and whether a prefix can be copied.
         self.max_sequences = n_seq_max
-        self.copies_prefixes = kv_unified
+        self.copies_prefixes = True
         self._model = self._load_model(n_gpu_layers)
         try:
             self._ctx = self._new_context(n_seq_max, n_ctx, n_batch)
@@ -259,7 +260,8 @@ class LlamaEngine:
         return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
                           self.sequence_state_tokens, self.turn_end_tokens,
-                          parked=self._parked if self.parks_cached else None)
+                          parked=self._parked if self.parks_cached else None,
+                          consecutive_ids=not self.kv_unified)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
@@ -417,9 +419,7 @@ class LlamaEngine:
             held = self._memory.held(source_id)
             if not 0 < n <= held:
                 raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {held}")
-            if not self.kv_unified:
-                if op.kind is not PrefixOpKind.ADOPT:
-                    raise ValueError("split KV cannot copy a prefix between sequences, only adopt a cached one")
+            if not self.kv_unified and op.kind is PrefixOpKind.ADOPT:
                 # dest takes over the cached stream, cut back to the shared prefix.
                 self._memory.trim(source_id, n, dest.token_ids)
                 self._lanes[dest.request_id] = _Lane(source_id)
@@ -427,12 +427,16 @@ class LlamaEngine:
                 return
             lane = self._lane_for(dest)
             try:
-                self._memory.copy(source_id, lane.seq_id, n, dest.token_ids)
+                if self.kv_unified:
+                    self._memory.copy(source_id, lane.seq_id, n, dest.token_ids)
+                else:
+                    self._memory.copy_across(source_id, lane.seq_id, n, dest.token_ids)
             except MemoryRefused:
                 del self._lanes[dest.request_id]
                 heapq.heappush(self._free_seq_ids, lane.seq_id)
                 raise
-            self._note_sharing(op, source_id, lane, n)
+            if self.kv_unified:
+                self._note_sharing(op, source_id, lane, n)
         except ValueError as exc:
             errors[dest.request_id] = str(exc)
         except MemoryRefused as exc:

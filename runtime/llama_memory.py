@@ -5,7 +5,8 @@ copied. A hybrid (Qwen3.5: Gated DeltaNet layers beside attention layers) or rec
 holds one fixed-size state per sequence that has seen every token, and llama.cpp treats it so:
 - `seq_rm(s, p, -1)` with p inside the sequence returns False and changes nothing;
 - a partial `seq_cp(src, dst, 0, p)` copies the state whole, so dst would decode from p with a
-  state that saw src's tokens past p: wrong tokens and no error (with split KV it aborts instead);
+  state that saw src's tokens past p: wrong tokens and no error (with split KV it aborts instead,
+  so copies between streams go through `copy_across`);
 - `llama_memory_seq_pos_max` is the smaller of the two parts' ends, so a state that is ahead of the
   KV still passes a position check.
 So on those kinds a prefix shorter than the sequence is only reused by restoring a checkpoint of
@@ -118,7 +119,7 @@ class SequenceMemory:
         self.advanced(seq_id, n)
 
     def copy(self, src: int, dst: int, n: int, tokens: list[int]) -> None:
-        """Gives the empty sequence dst the first n tokens of src (unified KV only)."""
+        """Gives the empty sequence dst the first n tokens of src (unified KV: cells are shared, not copied)."""
         self._kv_end.pop(dst, None)
         held = self.held(src)
         if not 0 < n <= held:
@@ -137,6 +138,28 @@ class SequenceMemory:
             self.drop(dst)
             raise
         self.advanced(dst, n)
+
+    def copy_across(self, src: int, dst: int, n: int, tokens: list[int]) -> None:
+        """Gives the empty sequence dst, in another split-KV stream, the first n tokens of src.
+
+        llama.cpp copies between streams only whole streams (and not at all on hybrid models), so
+        src's state goes through host RAM: a copy of its cells, far cheaper than computing n tokens.
+        """
+        held = self.held(src)
+        if not 0 < n <= held:
+            raise MemoryRefused(f"a prefix of {n} tokens was asked of a sequence holding {held}")
+        state = self._state_end.get(src, 0)
+        if self.exact_only and state != n and not self._checkpoint(tokens, n):
+            raise MemoryRefused(f"no recurrent-state checkpoint at {n} tokens")
+        self.load(dst, self.save(src), held)
+        if self.exact_only:
+            # The restored recurrent state is src's, wherever that stood.
+            self._state_end[dst] = state
+        try:
+            self.trim(dst, n, tokens)
+        except MemoryRefused:
+            self.drop(dst)
+            raise
 
     def save(self, seq_id: int) -> ctypes.Array:
         """The sequence's whole state (KV cells and any recurrent state), to park in host RAM."""

@@ -4,9 +4,9 @@ A request that finishes (stopped or length) leaves its KV resident as a cached p
 instead of releasing it. When a request gets its first prompt chunk, it takes the longest prefix held
 by a cached sequence (adopted in place when the whole entry matches or it is the same agent's, else
 copied) or by a live sequence (copied), and starts with num_computed_tokens = that length. The cache
-keeps at most one finished sequence per lane of width. An engine that cannot copy (llama.cpp's split
-KV) only adopts, and holds live and cached sequences in one pool of ids, so a lane that starts evicts
-a cached sequence when the pool (within the width) is full. Cached KV always yields: entries are
+keeps at most one finished sequence per lane of width. An engine whose live and cached sequences share
+one pool of ids (llama.cpp's split KV) gets a lane that starts evicting a cached sequence when the
+pool (within the width) is full, and adopts instead of copying where no id is left for the copy. Cached KV always yields: entries are
 evicted, least recently used first, whenever live sequences need the room, before anything live is
 preempted.
 
@@ -40,6 +40,7 @@ class PrefixPlanner:
         self.kv = kv
         self.copies = caps.copies_prefixes
         self.max_sequences = caps.max_sequences
+        self.consecutive_ids = caps.consecutive_ids
         # None for attention models: any prefix of a sequence can be reused.
         self.resumption = Resumption(caps.checkpoints, caps.turn_end_tokens) if caps.checkpoints is not None else None
         self.config = config
@@ -107,16 +108,28 @@ class PrefixPlanner:
         Called as a lane starts (its first chunk, after any adoption), so a lane that was admitted
         counting on an entry someone else took still finds an id.
         """
-        if self.max_sequences is None:
+        pool = self._pool()
+        if pool is None:
             return
-        pool = self.max_sequences
-        if not self.copies:
-            # Split KV runs a step as one ubatch only over consecutive sequence ids: holding live and
-            # cached sequences within the width keeps the ids in use low and gap-free, as llama-server's slots.
-            pool = min(pool, self.config.max_batch)
-        started = sum(lane.request is not None and (lane.prefix_checked or lane.padding) for lane in lanes)
-        while started + len(self.cache) > pool and self.evict_one():
+        while self._started(lanes) + len(self.cache) > pool and self.evict_one():
             pass
+
+    def _pool(self) -> int | None:
+        if self.max_sequences is None:
+            return None
+        # Split KV runs a step as one ubatch only over consecutive sequence ids: holding live and
+        # cached sequences within the width keeps the ids in use low and gap-free, as llama-server's slots.
+        return min(self.max_sequences, self.config.max_batch) if self.consecutive_ids else self.max_sequences
+
+    @staticmethod
+    def _started(lanes: Sequence[Lane]) -> int:
+        return sum(lane.request is not None and (lane.prefix_checked or lane.padding) for lane in lanes)
+
+    def _id_left_for_copy(self, lanes: Sequence[Lane]) -> bool:
+        """Whether a started lane can take an id of its own beside every cached sequence (a copy
+        keeps its source; adopting frees it)."""
+        pool = self._pool()
+        return pool is None or not self.consecutive_ids or self._started(lanes) < pool
 
     def drop_all(self) -> None:
         """Releases every cached sequence (live ones are untouched)."""
@@ -181,7 +194,7 @@ class PrefixPlanner:
             return 0
         n = match.num_tokens
         source = match.source
-        if isinstance(source, CacheEntry) and self._adopts(request, source, n):
+        if isinstance(source, CacheEntry) and (self._adopts(request, source, n) or not self._id_left_for_copy(lanes)):
             self.cache.remove(source)
             op = PrefixOp(PrefixOpKind.ADOPT, source.handle, request, n)
         else:

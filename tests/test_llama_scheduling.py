@@ -111,7 +111,7 @@ def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
     assert (caps.max_context, caps.max_step_tokens, caps.max_lanes) == (2048, 256, 8)
     # Hybrid models resume only at checkpoints; attention models at any prefix.
     assert (caps.checkpoints is None) == (engine.memory_kind == "attention")
-    assert caps.copies_prefixes == engine.kv_unified and caps.turn_end_tokens
+    assert caps.copies_prefixes and caps.consecutive_ids != engine.kv_unified and caps.turn_end_tokens
     scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=8), engine)
     assert scheduler.kv_budget == engine.kv_capacity and scheduler.prefix_cache.max_entries == caps.max_cached_sequences
 
@@ -153,7 +153,7 @@ def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
 def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(arch_model_path, solo_outputs):
     with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
         assert split.max_context == 2048 // 8 and split.kv_capacity == 2048
-        assert split.max_cached_sequences == split.max_sequences == 8 and not split.copies_prefixes
+        assert split.max_cached_sequences == split.max_sequences == 8 and split.caps.consecutive_ids
         assert split.describe()["kv_unified"] is False
         loop = make_loop(split, policy="continuous", max_batch=8, prefill_chunk=16)
         requests = [greedy_request(split, p, 16) for p in PROMPTS]

@@ -18,18 +18,13 @@ SYSTEM_TOKENS = 60
 
 @pytest.fixture(scope="module", params=["unified", "resident", "split"])
 def shared_engine(arch_model_path, request):
-    # Split KV has one stream per id and no cross-stream copies: reuse there is adoption only.
+    # Split KV has one stream per id: a copy between streams goes through host RAM.
     # Unified KV parks finished sequences in host RAM where that frees cells; "resident" never parks.
     unified = request.param != "split"
     with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=2048 if unified else 4096, n_batch=256,
                      cache_slots=6 if unified else 4, kv_unified=unified,
                      park_cached=request.param == "unified") as eng:
         yield eng
-
-
-def unified_only(engine) -> None:
-    if not engine.kv_unified:
-        pytest.skip("copies a prefix between sequences, which split KV cannot")
 
 
 @pytest.fixture
@@ -148,7 +143,6 @@ def test_eviction_under_kv_pressure_never_touches_a_live_sequence(engine):
 
 
 def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
-    unified_only(engine)
     steps: list = []
     loop = make_loop(engine, steps)
     system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
@@ -172,7 +166,8 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
     assert sum(s.prefix_hits for s in steps) == SYSTEM_TOKENS + first.num_tokens - 1
     assert {a: (q, h) for s in steps for a, q, h in s.prefix_agents if h} == {
         "b": (other.num_prompt_tokens, SYSTEM_TOKENS), "a": (again.num_prompt_tokens, first.num_tokens - 1)}
-    # The adopted turn continues exactly as if it had computed its whole conversation.
+    # The copied and the adopted turns continue exactly as if they had computed their whole prompts.
+    assert other.output_token_ids == computed_fresh(engine, other.prompt_token_ids, 6)
     assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 6)
     finish(loop, engine)
 
@@ -274,17 +269,32 @@ def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_mod
         assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
 
 
-def test_split_kv_refuses_to_copy_a_prefix_between_streams(arch_model_path):
-    with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
-        source = Request(split.tokenize("hello world, what is this about the model"), greedy(2))
-        split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, source.token_ids, True)]))
-        dest = Request(list(source.token_ids), greedy(2))
-        n = 4
+def test_split_kv_copies_a_prefix_into_another_stream(arch_model_path):
+    with LlamaEngine(arch_model_path, max_lanes=3, n_ctx=1536, n_batch=256, kv_unified=False) as split:
+        prompt = split.tokenize("hello world, what is this about the model and the parser")
+        n = 6
+        source = Request(list(prompt), greedy(2))
+        # A hybrid model's state is copied through a checkpoint at n, as the scheduler marks one there.
+        split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, prompt[:n], False, checkpoint=True)]))
+        split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, n, prompt[n:], True)]))
+        tail = split.tokenize(" and then the tests", add_special=False)
+        dest = Request(prompt[:n] + tail, greedy(2))
         result = split.step(StepPlan(rows=[Row(dest, RowKind.PREFILL, n, dest.token_ids[n:], True)],
                                      prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, dest, n)]))
-        assert "cannot copy" in result.errors[dest.request_id]
+        assert not result.errors and not result.refused
+        streams = {rid: lane.seq_id for rid, lane in split._lanes.items()}
+        positions = split.lane_kv_positions()
+        assert streams[source.request_id] != streams[dest.request_id]
+        assert positions[streams[source.request_id]] == len(prompt) - 1
+        assert positions[streams[dest.request_id]] == dest.num_tokens - 1
+        assert split._memory.mismatches() == {}
+        copied = result.samples[dest.request_id].token
         split.step(StepPlan(release=[source, dest]))
-        assert split.lane_kv_positions() == [-1, -1]
+        fresh = Request(list(dest.token_ids), greedy(2))
+        result = split.step(StepPlan(rows=[Row(fresh, RowKind.PREFILL, 0, fresh.token_ids, True)]))
+        assert result.samples[fresh.request_id].token == copied
+        split.step(StepPlan(release=[fresh]))
+        assert split.lane_kv_positions() == [-1, -1, -1]
 
 
 def test_split_kv_keeps_the_ids_in_use_within_the_width(arch_model_path):

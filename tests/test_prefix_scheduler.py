@@ -231,15 +231,17 @@ def test_naive_static_caches_finished_lanes_when_the_batch_ends():
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
 @pytest.mark.parametrize("engine_ids", [4, 8])
-def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(policy, engine_ids):
-    """llama.cpp's split KV: no prefix copies, and live plus cached sequences share the ids, held
-    within the width (4) even where the engine has more, so the ids in use stay consecutive."""
+@pytest.mark.parametrize("copies", [True, False])
+def test_split_kv_reuse_stays_within_its_pool_of_sequences(policy, engine_ids, copies):
+    """llama.cpp's split KV: live plus cached sequences share the ids, held within the width (4) even
+    where the engine has more, so the ids in use stay consecutive; a copy's destination needs an id
+    beside its source's, an adoption takes the source's."""
     rng = random.Random(11)
     engine = Recorder(ModeledEngine())
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=4, prefill_chunk=64),
                           EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
-                                     max_sequences=engine_ids, copies_prefixes=False))
+                                     max_sequences=engine_ids, copies_prefixes=copies, consecutive_ids=True))
     steps = []
     loop = EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append)
     # Half the agents share nothing with anyone, so their first turns need ids of their own.
@@ -252,10 +254,12 @@ def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(pol
         for released in plan.release:
             held.discard(released.request_id)
         for op in plan.prefix_ops:
-            assert op.kind is not PrefixOpKind.COPY
+            assert copies or op.kind is not PrefixOpKind.COPY
             if op.kind is PrefixOpKind.ADOPT:
                 held.discard(op.source.request_id)
+            if op.kind is not PrefixOpKind.CACHE:
                 held.add(op.dest.request_id)
+                assert len(held) <= 4
         held.update(row.request.request_id for row in plan.rows)
         assert len(held) <= 4
 
@@ -272,7 +276,8 @@ def test_an_engine_that_cannot_copy_only_adopts_within_its_pool_of_sequences(pol
     assert all(r.status is RequestStatus.FINISHED_LENGTH and r.num_output_tokens == r.sampling.max_tokens
                for r in requests)
     assert sum(s.prefix_hits for s in steps) > 0
-    assert any(op.kind is PrefixOpKind.ADOPT for plan in engine.plans for op in plan.prefix_ops)
+    kinds = {op.kind for plan in engine.plans for op in plan.prefix_ops}
+    assert PrefixOpKind.ADOPT in kinds and (PrefixOpKind.COPY in kinds) == copies
 
 
 def test_the_cache_keeps_at_most_one_finished_sequence_per_lane_of_width():

@@ -90,7 +90,7 @@ def test_choices_come_from_the_policy_registry_and_the_field_types():
 def test_bench_takes_the_settings_defaults_but_its_documented_own():
     args = build_parser().parse_args(["bench"])
     assert args.prefill_chunk == Settings.model_fields["prefill_chunk"].default == 256
-    assert (args.prefix_cache, args.n_ctx, args.kv_unified, args.threads) == (True, 8192, True, None)
+    assert (args.prefix_cache, args.n_ctx, args.kv_unified, args.threads) == (True, 32768, None, None)
     assert (args.engine, args.max_batch) == ("modeled", None)  # the article's card; lanes follow the swarm
 
 

@@ -33,7 +33,7 @@ def test_remembered_llama_settings_come_back(no_user_config, tmp_path):
 
 def test_engine_choices_map_to_settings_and_back():
     assert engine_changes("bundled", "", threads=2, extra_buffers="off") == {
-        "engine": "llama", "model": None, "kv_unified": True, "threads": 2, "extra_buffers": "off"}
+        "engine": "llama", "model": None, "kv_unified": None, "threads": 2, "extra_buffers": "off"}
     assert engine_changes("demo", "")["model"] == Path("demo")
     assert engine_changes("modeled", "") == {"engine": "modeled"}
     assert [choice_for(*args) for args in (("llama", None), ("llama", "demo"), ("llama", "/m/x.gguf"),

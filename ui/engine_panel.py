@@ -10,6 +10,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.engines import BUNDLED_ALIAS, DEMO_ALIAS
 from app.settings_fields import choices, field_spec
+from runtime.config import SPLIT_KV_MIN_LANE_TOKENS
 from ui import theme
 from ui.backends_editor import BackendsEditor
 
@@ -33,12 +34,14 @@ THREADS_TIP = ("llama.cpp's CPU threads. Auto: every core but one on a CPU-only 
                "never stalls llama.cpp's thread barriers (a headless serve takes every core); llama.cpp's own "
                "default with GPU offload.")
 LAYOUTS = (
+    (None, f"KV layout by lane share: split from {SPLIT_KV_MIN_LANE_TOKENS:,} tokens a lane"),
     (True, "Unified KV: lanes share one pool and their prompt prefixes"),
     (False, "Split KV: each lane its own n_ctx / lanes, as llama-server"),
 )
 LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen live, and agents share a system "
-              "prompt's KV. Split: each lane gets a fixed share and attends over its own cells only, which is "
-              "faster for small models on a CPU; a lane keeps its agent's conversation for the next turn.")
+              "prompt's cells. Split: each lane gets a fixed share of the context and attends over its own cells "
+              "only, which is faster; a lane keeps its agent's conversation for the next turn, and a shared "
+              "system prompt is copied, not recomputed. Auto: split whenever each lane's share is a useful context.")
 FACT_LABELS = {
     "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
     "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
@@ -65,7 +68,7 @@ def _format(key: str, value: Any) -> str:
     return str(value)
 
 
-def engine_changes(choice: str, model_path: str, kv_unified: bool = True, threads: int | None = None,
+def engine_changes(choice: str, model_path: str, kv_unified: bool | None = None, threads: int | None = None,
                    extra_buffers: str = "auto") -> dict[str, Any]:
     """The SwarmService.reload changes one engine choice asks for."""
     if choice == "modeled":
@@ -201,10 +204,10 @@ class EnginePanel(QtWidgets.QGroupBox):
                                                 self.threads.value() or None, self.extra_buffers.currentData()))
 
     @property
-    def kv_unified(self) -> bool:
-        return bool(self.layout_choice.currentData())
+    def kv_unified(self) -> bool | None:
+        return self.layout_choice.currentData()
 
-    def select(self, engine: str, model: str | None, kv_unified: bool = True, threads: int | None = None,
+    def select(self, engine: str, model: str | None, kv_unified: bool | None = None, threads: int | None = None,
                extra_buffers: str = "auto") -> None:
         key = choice_for(engine, model)
         self.choice.setCurrentIndex([k for k, _ in CHOICES].index(key))
