@@ -58,7 +58,9 @@ class Settings(BaseSettings):
     n_ctx: int = Field(32768, ge=256, le=1 << 20, description="llama.cpp context size: every lane's KV together")
     n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
     n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
-    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="llama.cpp flash attention")
+    flash_attn: Literal["auto", "on", "off"] = Field(
+        "auto", description="llama.cpp flash attention; auto is off on a CPU-only run with an F16 cache (its CPU "
+        "kernel makes decoding over long contexts several times slower) and llama.cpp's choice elsewhere")
     kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     threads: int | None = Field(
         None, ge=1, le=1024, description="CPU threads for llama.cpp; none means every core on a CPU-only run "

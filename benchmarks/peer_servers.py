@@ -78,6 +78,9 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
                          "-c", str(args.n_ctx), *peer_threads, "--no-webui", *args.peer_arg],
     }
+    if args.peer_fa_off:
+        # swarm-panel's auto turns flash attention off on a CPU; this shows what that choice alone is worth.
+        commands["llama-server-fa-off"] = [*commands["llama-server"], "-fa", "off"]
     if importlib.util.find_spec("sse_starlette") and importlib.util.find_spec("starlette_context"):
         commands["llama_cpp.server"] = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                                         "--port", str(port), "--n_ctx", "2048",
@@ -145,6 +148,8 @@ def main() -> int:
                         help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
     parser.add_argument("--peer-arg", action="append", default=[],
                         help="extra flag for llama-server (repeatable), e.g. --peer-arg=--kv-unified")
+    parser.add_argument("--peer-fa-off", action="store_true",
+                        help="also run llama-server with flash attention off (llama-server-fa-off)")
     parser.add_argument("--logs", default="/tmp/peer-bench-logs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

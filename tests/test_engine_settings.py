@@ -27,3 +27,31 @@ def test_bench_flags_carry_the_same_fields():
     args = build_parser().parse_args(["bench", "--engine", "llama", "--checkpoint-budget-mb", "8",
                                       "--extra-buffers", "on", "--threads", "2"])
     assert (args.checkpoint_budget_mb, args.extra_buffers, args.threads) == (8, "on", 2)
+
+
+def test_the_default_layout_and_attention_follow_the_lane_share_and_the_device(tiny_model_path, monkeypatch,
+                                                                                tmp_path):
+    monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    layouts = {}
+    for lanes, n_ctx in ((4, 16384), (4, 8192), (8, 32768), (16, 32768)):
+        args = build_parser().parse_args(["serve", "--model", str(tiny_model_path), "--threads", "1",
+                                          "--extra-buffers", "off", "--n-ctx", str(n_ctx)])
+        engine = engine_for(settings_from_args(args), realtime=True, max_lanes=lanes)
+        try:
+            facts = engine.describe()
+            layouts[lanes, n_ctx] = facts["kv_unified"]
+            # This build has no GPU: the CPU kernel's flash attention is off unless asked for.
+            assert facts["flash_attn"] == "off" and facts["device"] == "CPU"
+        finally:
+            engine.close()
+    # Split once every lane gets 4,096 tokens of the context, unified below that.
+    assert layouts == {(4, 16384): False, (4, 8192): True, (8, 32768): False, (16, 32768): True}
+
+
+def test_flash_attention_stays_as_asked_where_auto_does_not_mean_off():
+    from runtime.llama_engine import resolve_flash_attn
+
+    assert resolve_flash_attn("auto", 0, "f16") == "off"
+    # A quantized V cache needs flash attention: llama.cpp decides.
+    assert resolve_flash_attn("auto", 0, "q8_0") == "auto"
+    assert resolve_flash_attn("on", 0, "f16") == "on"
