@@ -10,6 +10,9 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
 CPU swarm-panel serves its F16 copy of that model by default, so every server gets that file.
 
+--peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default turns
+it off on a CPU, so that column separates what the kernel choice is worth from the rest.
+
 llama-server must come from the llama.cpp tree vendored in the installed llama-cpp-python's sdist,
 so both run the same kernels; `benchmarks/build_llama_server.sh` builds it. llama_cpp.server needs
 `pip install sse-starlette starlette-context` (skipped with a note when missing).

@@ -19,3 +19,16 @@ def test_the_engine_box_is_built_from_the_settings(qtbot):
     for key, _ in CHOICES:
         if key != "fleet":
             Settings(**engine_changes(key, "/m.gguf", extra_buffers=offered[-1], threads=panel.threads.maximum()))
+
+
+def test_the_layout_choice_offers_every_kv_unified_value_and_round_trips(qtbot):
+    from ui.engine_panel import EnginePanel, engine_changes
+
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    offered = [panel.layout_choice.itemData(i) for i in range(panel.layout_choice.count())]
+    assert offered == [None, True, False]
+    for value in offered:
+        panel.select("llama", None, value)
+        assert panel.kv_unified is value
+        assert Settings(**engine_changes("bundled", "", panel.kv_unified)).kv_unified is value

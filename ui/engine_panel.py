@@ -47,7 +47,8 @@ FACT_LABELS = {
     "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
     "kv_capacity_tokens": "KV capacity (tokens)", "step_line": "cost model", "architecture": "architecture",
     "file_size_bytes": "file size", "max_lanes": "lanes", "n_gpu_layers": "GPU layers",
-    "kv_unified": "unified KV", "memory_kind": "memory", "checkpoints": "checkpoints",
+    "kv_unified": "unified KV", "flash_attn": "flash attention", "memory_kind": "memory",
+    "checkpoints": "checkpoints",
     "checkpoint_bytes": "checkpoint memory", "n_threads": "threads", "extra_buffers_reason": "extra buffers",
 }
 
