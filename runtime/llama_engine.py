@@ -93,10 +93,10 @@ def on_cpu(n_gpu_layers: int) -> bool:
 def resolve_flash_attn(flash_attn: str | bool, n_gpu_layers: int, kv_type: str) -> str | bool:
     """'auto' on a CPU-only run with an F16 cache means off: ggml's CPU flash-attention kernel walks a
     decoding token's cells one at a time, where the plain path is one matrix product. Measured here
-    (demo model, 8 sequences of 1,000 tokens, split KV), a decode step took 186 ms with it and 69 ms
-    without; a 256-token prompt chunk gains from it (0.6-1.0 s against 0.9-1.7 s), but served agents
-    decode far more than they prefill uncached. Elsewhere llama.cpp's own choice (GPUs, and a
-    quantized V cache, which needs it)."""
+    (benchmarks/attention_cost.py: demo model, 8 sequences of 1,000 tokens), a split-KV decode step
+    took 234 ms with it and 68 ms without, a prompt chunk the same; in a unified pool a decode step
+    120 against 284 ms, though a prompt chunk there is 2-3x slower without it. Elsewhere llama.cpp's
+    own choice (GPUs, and a quantized V cache, which needs it)."""
     if flash_attn == "auto" and kv_type == "f16" and on_cpu(n_gpu_layers):
         return "off"
     return flash_attn
