@@ -10,6 +10,9 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
 CPU swarm-panel serves its F16 copy of that model by default, so every server gets that file.
 
+--checkout DIR adds swarm-panel served from another checkout (a worktree of an older commit, say) to
+the rotation, so a change is measured against what came before it in the same alternating rounds.
+
 --peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default turns
 it off on a CPU, so that column separates what the kernel choice is worth from the rest.
 
@@ -81,6 +84,9 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
                          "-c", str(args.n_ctx), *peer_threads, "--no-webui", *args.peer_arg],
     }
+    for checkout in args.checkout:
+        # The same serve command run from another checkout (python -m puts the working directory first).
+        commands[f"swarm-panel@{checkout.name}"] = commands["swarm-panel"]
     if args.peer_fa_off:
         # swarm-panel's auto turns flash attention off on a CPU; this shows what that choice alone is worth.
         commands["llama-server-fa-off"] = [*commands["llama-server"], "-fa", "off"]
@@ -98,7 +104,8 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
 def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
     url = f"http://127.0.0.1:{port}"
     log = open(Path(args.logs) / f"{name}.log", "ab")
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cwd = next((c for c in args.checkout if name == f"swarm-panel@{c.name}"), None)
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     try:
         wait_healthy(url, proc)
         if args.real_agents:
@@ -153,6 +160,8 @@ def main() -> int:
                         help="extra flag for llama-server (repeatable), e.g. --peer-arg=--kv-unified")
     parser.add_argument("--peer-fa-off", action="store_true",
                         help="also run llama-server with flash attention off (llama-server-fa-off)")
+    parser.add_argument("--checkout", type=Path, action="append", default=[],
+                        help="also run swarm-panel serve from this checkout (e.g. a worktree of an older commit)")
     parser.add_argument("--logs", default="/tmp/peer-bench-logs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

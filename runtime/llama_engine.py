@@ -1,4 +1,5 @@
-"""The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch.
+"""The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch (with split
+KV, a few where one stream is far fuller than the rest: runtime.decode_calls).
 
 Sequence ids, unified KV: live requests use ids 0..max_lanes-1; finished sequences kept for prefix
 reuse use ids max_lanes..max_lanes+cache_slots-1. Moving KV between ids (llama_memory_seq_cp then
@@ -48,6 +49,7 @@ from runtime.engine import (
     StepResult,
 )
 from runtime.checkpoints import CheckpointStore
+from runtime.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
 from runtime.llama_batch import TokenBatch
 from runtime.llama_log import ensure_backend, take_recent_problems
 from runtime.kv_parking import ParkedSequence, ParkedSequences
@@ -209,6 +211,10 @@ class LlamaEngine:
             self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
             self._free_seq_ids = list(range(max_lanes))
             self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
+            # Split KV: what a llama_decode call costs here, fitted as the engine runs, and how many
+            # steps it has run as more than one call.
+            self.call_cost = CallCost(max_saving_cells=(max_lanes - 1) * self.max_context)
+            self.split_steps = 0
             self._token_batch = TokenBatch(self.max_step_tokens)
             self._batch = self._token_batch.batch
             self._chat_template = chat_template(self._model)
@@ -285,6 +291,11 @@ class LlamaEngine:
                   "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes,
                   "parked_sequences": len(self._parked), "parked_bytes": self._parked.num_bytes,
                   "park_budget_bytes": self._parked.budget_bytes if self.parks_cached else 0}
+        fit = self.call_cost.coefficients
+        memory.update(split_steps=self.split_steps,
+                      decode_call_fit=None if fit is None else {"ubatch_ms": round(fit.ubatch_ms, 3),
+                                                                "row_ms": round(fit.row_ms, 3),
+                                                                "cell_us": round(1e3 * fit.cell_ms, 4)})
         if self.checkpoints is not None:
             memory.update(checkpoints=len(self.checkpoints), checkpoint_bytes=self.checkpoints.num_bytes,
                           checkpoint_budget_bytes=self.checkpoints.budget_bytes)
@@ -306,12 +317,15 @@ class LlamaEngine:
             rows = [row for row in rows
                     if row.request.request_id not in errors and row.request.request_id not in refused]
         admitted = self._admit(rows, errors)
-        to_sample = self._fill_batch(admitted)
         samples: dict[int, Sample] = {}
-        if self._batch.n_tokens:
-            self._decode(admitted)
-            for index, row in to_sample:
-                samples[row.request.request_id] = self._sample(row.request, index)
+        done: list[tuple[int, Row]] = []
+        try:
+            for call in self._calls(admitted):
+                self._run_call(call, samples)
+                done += call
+        except KVCacheFull:
+            self._take_back(done, samples)
+            raise
         return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors, refused=refused)
 
     def close(self) -> None:
@@ -602,6 +616,45 @@ class LlamaEngine:
             output = [t for t in request.output_token_ids if t not in eog_tokens] if sampling.grammar else ()
             lane.sampler = build_sampler_chain(sampling, self.vocab.n_tokens, eog, request.token_ids,
                                                llama_cpp.llama_model_get_vocab(self._model), output)
+
+    def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
+        """The step's llama_decode calls (runtime.decode_calls): with split KV, rows whose stream is far
+        fuller than their neighbours' may run apart; a unified pool spans the same cells for every row."""
+        if self.kv_unified or len(admitted) < 2:
+            return [admitted]
+        spans = [RowSpan(seq_id, row.start + 1, len(row.tokens) > 1) for seq_id, row in admitted]
+        calls = plan_calls(spans, self.call_cost.for_step(), self.max_context)
+        if len(calls) > 1:
+            self.split_steps += 1
+        return [[admitted[i] for i in call] for call in calls]
+
+    def _run_call(self, call: list[tuple[int, Row]], samples: dict[int, Sample]) -> None:
+        to_sample = self._fill_batch(call)
+        if not self._batch.n_tokens:
+            return
+        started = time.perf_counter()
+        self._decode(call)
+        elapsed = time.perf_counter() - started
+        if not self.kv_unified and self._batch.n_tokens == len(call):
+            spans = [RowSpan(seq_id, row.start + 1) for seq_id, row in call]
+            self.call_cost.observe(*ubatch_features(spans, self.max_context), elapsed)
+        # A later call overwrites this one's logits: its rows are sampled now.
+        for index, row in to_sample:
+            samples[row.request.request_id] = self._sample(row.request, index)
+
+    def _take_back(self, done: list[tuple[int, Row]], samples: dict[int, Sample]) -> None:
+        """A later call of the step found no KV room: the step keeps nothing, so the rows already run
+        give back their cells and their samples (a sampler chain rebuilds from the request's tokens)."""
+        for seq_id, row in done:
+            self._memory.discard_from(seq_id, row.start)
+            request = row.request
+            if samples.pop(request.request_id, None) is None:
+                continue
+            lane = self._lanes[request.request_id]
+            free_sampler_chain(lane.sampler)
+            lane.sampler = None
+            if request.sampling.logprobs is not None:
+                request.output_logprobs.pop()
 
     def _fill_batch(self, admitted: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
         """Lays the rows out in the batch; returns (batch index, row) for each row to sample."""
