@@ -8,7 +8,7 @@ compute 2,048 cells of attention; run apart, the long row costs one more ubatch 
 weights) instead. Which is cheaper depends on the device, the model and the attention kernel, so the
 engine fits t = a * ubatches + b * rows + c * row-cells over its own decode calls (`CallCost`), and
 `plan_calls` cuts the id-ordered rows only where that fit says the cells saved outweigh the ubatches
-added. Until the fit has seen steps of different ubatch counts, nothing is cut.
+added. Until the fit is sure of what a ubatch and a cell cost, only an occasional probe is cut.
 """
 
 from __future__ import annotations
