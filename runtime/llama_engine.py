@@ -50,12 +50,13 @@ from runtime.engine import (
 )
 from runtime.checkpoints import CheckpointStore
 from runtime.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
+from runtime.greedy_sampler import GreedySampler
 from runtime.llama_batch import TokenBatch
 from runtime.llama_log import ensure_backend, take_recent_problems
 from runtime.kv_parking import ParkedSequence, ParkedSequences
 from runtime.llama_memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from runtime.llama_model_info import chat_template, model_facts
-from runtime.llama_sampling import build_sampler_chain, free_sampler_chain, token_logprob
+from runtime.llama_sampling import ChainSampler, build_sampler, token_logprob
 from runtime.llama_vocab import LlamaVocab
 from runtime.request import Request
 
@@ -80,12 +81,18 @@ class ModelLoadError(EngineLoadError):
 
 @dataclass(slots=True, eq=False)
 class _Lane:
-    """A live request's llama.cpp sequence and its sampler chain (made on first sight)."""
+    """A live request's llama.cpp sequence and its sampler (made on first sight)."""
 
     seq_id: int
-    sampler: llama_cpp.llama_sampler_p | None = None
+    sampler: GreedySampler | ChainSampler | None = None
     # Leading tokens whose KV cells it shares with another sequence (a unified-KV prefix copy).
     shared: int = 0
+
+
+def _close_sampler(lane: _Lane) -> None:
+    if lane.sampler is not None:
+        lane.sampler.close()
+        lane.sampler = None
 
 
 def on_cpu(n_gpu_layers: int) -> bool:
@@ -330,7 +337,7 @@ class LlamaEngine:
 
     def close(self) -> None:
         for lane in self._lanes.values():
-            free_sampler_chain(lane.sampler)
+            _close_sampler(lane)
         self._lanes.clear()
         self._cached.clear()
         self._parked.clear()
@@ -419,7 +426,7 @@ class LlamaEngine:
         if lane is None:
             return
         self._memory.drop(lane.seq_id)
-        free_sampler_chain(lane.sampler)
+        _close_sampler(lane)
         heapq.heappush(self._free_seq_ids, lane.seq_id)
 
     def _free_cached_id(self, seq_id: int) -> None:
@@ -526,7 +533,7 @@ class LlamaEngine:
         lane = self._lanes.pop(rid, None)
         if lane is None:
             return
-        free_sampler_chain(lane.sampler)
+        _close_sampler(lane)
         try:
             if not self.kv_unified and n > 0:
                 # The lane's own stream becomes the cached sequence: nothing moves.
@@ -614,7 +621,7 @@ class LlamaEngine:
             eog_tokens = self.vocab.eog_tokens
             eog = eog_tokens if sampling.ignore_eos else ()
             output = [t for t in request.output_token_ids if t not in eog_tokens] if sampling.grammar else ()
-            lane.sampler = build_sampler_chain(sampling, self.vocab.n_tokens, eog, request.token_ids,
+            lane.sampler = build_sampler(sampling, self.vocab.n_tokens, eog, request.token_ids,
                                                llama_cpp.llama_model_get_vocab(self._model), output)
 
     def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
@@ -651,8 +658,7 @@ class LlamaEngine:
             if samples.pop(request.request_id, None) is None:
                 continue
             lane = self._lanes[request.request_id]
-            free_sampler_chain(lane.sampler)
-            lane.sampler = None
+            _close_sampler(lane)
             if request.sampling.logprobs is not None:
                 request.output_logprobs.pop()
 
@@ -689,7 +695,7 @@ class LlamaEngine:
 
     def _sample(self, request: Request, index: int) -> Sample:
         """The token and whether it ends generation; runtime.output_processor makes its text."""
-        token = llama_cpp.llama_sampler_sample(self._lanes[request.request_id].sampler, self._ctx, index)
+        token = self._lanes[request.request_id].sampler.sample(self._ctx, index)
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.

@@ -9,13 +9,52 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from runtime.greedy_sampler import PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
 from runtime.llama_log import ensure_backend, take_recent_problems
 from runtime.request import SamplingParams, TokenLogprob
 
 GRAMMAR_ROOT = b"root"
 
-# llama.cpp's default window for repeat/frequency/presence penalties.
-PENALTY_LAST_N = 64
+
+class ChainSampler:
+    """A llama.cpp sampler chain, for whatever GreedySampler does not do."""
+
+    def __init__(self, chain: llama_cpp.llama_sampler_p) -> None:
+        self._chain = chain
+
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
+
+    def close(self) -> None:
+        free_sampler_chain(self._chain)
+        self._chain = None
+
+
+def build_sampler(
+    sampling: SamplingParams,
+    n_vocab: int,
+    eog_tokens: Iterable[int],
+    history: Sequence[int] = (),
+    vocab: llama_cpp.llama_vocab_p | None = None,
+    output: Sequence[int] = (),
+) -> GreedySampler | ChainSampler:
+    """A request's sampler: numpy for plain greedy (with bias and repeat penalty), else llama.cpp's
+    chain; both pick the same tokens. Arguments and errors as build_sampler_chain's."""
+    if takes_greedy_sampler(sampling):
+        return GreedySampler(n_vocab, logit_bias(sampling, n_vocab, eog_tokens), sampling.repeat_penalty, history)
+    return ChainSampler(build_sampler_chain(sampling, n_vocab, eog_tokens, history, vocab, output))
+
+
+def logit_bias(sampling: SamplingParams, n_vocab: int, eog_tokens: Iterable[int]) -> dict[int, float]:
+    """The request's bias per token, end-of-generation tokens barred when it ignores them; raises
+    ValueError for a token outside the vocabulary."""
+    bias = dict(sampling.logit_bias)
+    for token in bias:
+        if not 0 <= token < n_vocab:
+            raise ValueError(f"logit_bias names token {token}, outside the vocabulary (0..{n_vocab - 1})")
+    if sampling.ignore_eos:
+        bias.update(dict.fromkeys(eog_tokens, float("-inf")))
+    return bias
 
 
 def build_sampler_chain(
@@ -33,13 +72,7 @@ def build_sampler_chain(
     with llama_sampler_free. Raises ValueError for a logit bias on a token outside the vocabulary, or
     a grammar that does not parse; a grammar needs `vocab`.
     """
-    bias = dict(sampling.logit_bias)
-    for token in bias:
-        if not 0 <= token < n_vocab:
-            raise ValueError(f"logit_bias names token {token}, outside the vocabulary (0..{n_vocab - 1})")
-    if sampling.ignore_eos:
-        bias.update(dict.fromkeys(eog_tokens, float("-inf")))
-
+    bias = logit_bias(sampling, n_vocab, eog_tokens)
     params = llama_cpp.llama_sampler_chain_default_params()
     params.no_perf = True
     chain = llama_cpp.llama_sampler_chain_init(params)
