@@ -74,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit", action="store_true",
                    help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")
     p.add_argument("--fit-widths", type=int_list, default=(1, 2, 4, 8, 16), help="widths the sweep measures")
-    p.add_argument("--fit-steps", type=int, default=24, help="decode steps measured per width")
+    p.add_argument("--fit-steps", type=int, default=24, help="decode steps measured per width and round")
+    p.add_argument("--fit-rounds", type=int, default=3,
+                   help="rounds of the sweep, each over every width, so drift on a shared machine hits all widths")
     p.add_argument("--fit-context", type=int, default=None,
                    help="tokens of context the sweep's decodes attend over (default: the workload's mean, "
                         "per decode row)")
@@ -117,23 +119,50 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         if args.fit:
             context = args.fit_context if args.fit_context is not None else round(workload.mean_decode_context)
-            fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual, context)
+            fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual, context, args.fit_rounds)
+        # The modeled card prices a prompt token apart from a row; the line's rows say nothing of it.
+        line = fit.line if fit is not None and not isinstance(engine, ModeledEngine) else None
+        priced: dict[str, float] = {}
         for policy in policies:
             config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
                                      prefix_cache=args.prefix_cache)
-            results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock()))
+            pricing = LinePricing(line) if line is not None else None
+            results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(),
+                                           on_stats=pricing.add if pricing else None))
+            if pricing is not None:
+                priced[policy] = pricing.tok_s
     finally:
         engine.close()
     predictions = _predictions(fit, workload, max_batch, policies)
     if args.json:
-        out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy)} for r in results],
+        out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy),
+                                           "line_priced_tok_s": priced.get(r.policy)} for r in results],
                "workload": _workload_dict(workload, max_batch), "engine": engine.name}
         if fit is not None:
             out["fit"] = fit.as_dict()
         print(json.dumps(out))
     else:
-        _print_table(results, workload, max_batch, engine, fit, predictions)
+        _print_table(results, workload, max_batch, engine, fit, predictions, priced)
     return 0
+
+
+class LinePricing:
+    """What the fitted line says the run's own steps cost, each at its rows: decode rows plus prompt
+    tokens, for on a CPU a prompt token costs about what a decode row does. Its tok/s against the
+    ceiling's splits a policy's shortfall into prompt work (here) and step time above the line."""
+
+    def __init__(self, line: StepLine) -> None:
+        self.line = line
+        self.ms = 0.0
+        self.tokens = 0
+
+    def add(self, stats) -> None:
+        self.ms += self.line.step_ms(stats.decode_rows + stats.prefill_tokens)
+        self.tokens += stats.useful_tokens
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.ms * 1e3 if self.ms > 0 else 0.0
 
 
 @dataclass(slots=True)
@@ -152,29 +181,30 @@ class Sweep:
         }
 
 
-def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, context: int = 0) -> Sweep:
-    """Runs B sequences decoding together for each width and fits the pure-decode step times.
+def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, context: int = 0,
+                    rounds: int = 1) -> Sweep:
+    """Runs B sequences decoding together for each width, `rounds` times over all widths in turn,
+    and fits the pure-decode step times.
 
     The decodes attend over about `context` tokens (their prompt plus half the steps), clamped to
     what the engine's context and KV hold at the widest width.
     """
     room = min(engine.max_context, engine.kv_capacity // max(widths)) - steps - 2
     prompt = max(1, min(context - steps // 2, room))
-    points: list[tuple[int, float]] = []
-    medians: dict[int, float] = {}
-    for width in widths:
-        durations: list[float] = []
-        workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=prompt)
-        config = SchedulerConfig(policy="continuous", max_batch=width)
+    durations: dict[int, list[float]] = {width: [] for width in widths}
+    for _ in range(rounds):
+        for width in widths:
+            workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=prompt)
+            config = SchedulerConfig(policy="continuous", max_batch=width)
 
-        def keep(stats, width=width, durations=durations):
-            if stats.prefill_tokens == 0 and stats.decode_rows == width:
-                durations.append(stats.duration * 1e3)
+            def keep(stats, width=width):
+                if stats.prefill_tokens == 0 and stats.decode_rows == width:
+                    durations[width].append(stats.duration * 1e3)
 
-        run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(), on_stats=keep)
-        # The first decode steps warm caches and threads; the median ignores them.
-        medians[width] = statistics.median(durations)
-        points += [(width, ms) for ms in durations]
+            run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(), on_stats=keep)
+    # The first decode steps warm caches and threads; the median ignores them.
+    medians = {width: statistics.median(ms) for width, ms in durations.items()}
+    points = [(width, ms) for width, values in durations.items() for ms in values]
     return Sweep(fit_step_line(points), medians, prompt + steps // 2)
 
 
@@ -201,7 +231,8 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
     }
 
 
-def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float]) -> None:
+def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float],
+                 priced: dict[str, float]) -> None:
     print(f"engine: {engine.name}")
     if workload.real_agents:
         print(f"{workload.agents} real agents x {workload.requests_per_agent} turns (coding chats that end on the "
@@ -230,6 +261,10 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
         if r.policy in predictions:
             line += f"{predictions[r.policy]:>10.1f}{r.tok_s / predictions[r.policy]:>8.2f}"
         print(line)
+    for r in results:
+        if priced.get(r.policy):
+            print(f"{r.policy}: the fitted line priced at each of its steps' rows (decode rows + prompt tokens "
+                  f"computed) gives {priced[r.policy]:.1f} tok/s; measured / that = {r.tok_s / priced[r.policy]:.2f}")
     print(f"{'policy':<12}{'prefix':>8}{'prompt tok':>12}{'computed':>10}{'reused':>10}{'hit rate':>10}"
           f"{'TTFT p50':>10}{'TTFT p95':>10}{'cached peak':>13}")
     for r in results:

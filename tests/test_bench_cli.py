@@ -90,3 +90,33 @@ def test_llama_fit_is_measured_at_the_asked_context(tiny_model_path, capsys):
     assert main([*base, "--fit-context", "5000"]) == 0
     fit = json.loads(capsys.readouterr().out)["fit"]
     assert fit["context_tokens"] <= 1024 // 2
+
+
+def test_line_pricing_charges_prompt_tokens_as_rows():
+    from types import SimpleNamespace
+
+    from app.bench import LinePricing
+    from runtime.fit import StepLine
+
+    pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6))
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, useful_tokens=4))
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, useful_tokens=4))
+    # (10 + 2*10) + (10 + 2*4) ms for 8 tokens.
+    assert pricing.tok_s == pytest.approx(8 / 48e-3)
+
+
+def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, monkeypatch):
+    from app import bench
+
+    runs = []
+    closed_loop = bench.run_closed_loop
+    monkeypatch.setattr(bench, "run_closed_loop", lambda *a, **kw: runs.append(a[2].agents) or closed_loop(*a, **kw))
+    assert main(["bench", "--engine", "llama", "--model", str(tiny_model_path), "--policy", "continuous",
+                 "--agents", "2", "--lengths", "6,12", "--requests-per-agent", "2", "--fit", "--fit-widths", "1,2",
+                 "--fit-steps", "6", "--fit-rounds", "2", "--n-ctx", "1024", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert runs == [1, 2, 1, 2, 2]
+    fit, result = out["fit"], out["results"][0]
+    ceiling = 2 / (fit["floor_ms"] + 2 * fit["per_row_ms"]) * 1e3
+    # Prompt tokens and the narrower steps as requests end cost the run more than full decode steps.
+    assert 0 < result["line_priced_tok_s"] < ceiling
