@@ -38,9 +38,9 @@ def build_sampler(
     vocab: llama_cpp.llama_vocab_p | None = None,
     output: Sequence[int] = (),
 ) -> GreedySampler | ChainSampler:
-    """A request's sampler: numpy for plain greedy (with bias and repeat penalty), else llama.cpp's
-    chain; both pick the same tokens. Arguments and errors as build_sampler_chain's."""
-    if takes_greedy_sampler(sampling):
+    """A request's sampler: numpy for plain greedy (with bias and repeat penalty) over a large
+    vocabulary, else llama.cpp's chain; both pick the same tokens. Arguments and errors as build_sampler_chain's."""
+    if takes_greedy_sampler(sampling, n_vocab):
         return GreedySampler(n_vocab, logit_bias(sampling, n_vocab, eog_tokens), sampling.repeat_penalty, history)
     return ChainSampler(build_sampler_chain(sampling, n_vocab, eog_tokens, history, vocab, output))
 

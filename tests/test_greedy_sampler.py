@@ -9,14 +9,20 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from runtime import llama_sampling
-from runtime.greedy_sampler import PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
+from runtime import greedy_sampler, llama_sampling
+from runtime.greedy_sampler import MIN_VOCAB, PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
 from runtime.llama_engine import LlamaEngine
 from runtime.llama_sampling import ChainSampler, build_sampler, build_sampler_chain
 from runtime.request import Request, SamplingParams
 from tests.test_llama_engine import run
 
 VOCAB = 400
+
+
+@pytest.fixture(autouse=True)
+def _numpy_at_any_vocabulary(monkeypatch):
+    """These vocabularies are small, where build_sampler would keep the chain; the tokens are the question here."""
+    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", 0)
 
 
 def chain_choice(chain, logits: np.ndarray) -> int:
@@ -57,8 +63,15 @@ def test_picks_what_llama_cpp_chain_picks(seed):
         llama_cpp.llama_sampler_free(chain)
 
 
-def test_only_plain_greedy_leaves_the_chain():
-    assert takes_greedy_sampler(SamplingParams(temperature=0.0, repeat_penalty=1.3, logit_bias={1: 2.0}))
+def test_only_plain_greedy_over_a_large_vocabulary_leaves_the_chain(monkeypatch):
+    plain = SamplingParams(temperature=0.0, repeat_penalty=1.3, logit_bias={1: 2.0})
+    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", MIN_VOCAB)
+    assert takes_greedy_sampler(plain, MIN_VOCAB)
+    assert not takes_greedy_sampler(plain, MIN_VOCAB - 1)
+    small = build_sampler(plain, VOCAB, ())
+    assert isinstance(small, ChainSampler)
+    small.close()
+    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", 0)
     for other in (SamplingParams(temperature=0.7), SamplingParams(temperature=0.0, frequency_penalty=0.5),
                   SamplingParams(temperature=0.0, presence_penalty=0.5),
                   SamplingParams(temperature=0.0, grammar='root ::= "a"')):
@@ -75,8 +88,17 @@ def test_a_bias_outside_the_vocabulary_is_refused_on_either_path():
 
 
 def test_decoding_with_it_gives_the_chain_s_tokens(arch_model_path, monkeypatch):
+    same_tokens_either_way(arch_model_path, monkeypatch)
+
+
+def test_the_bundled_model_decodes_with_it_by_default(real_model_path, monkeypatch):
+    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", MIN_VOCAB)
+    same_tokens_either_way(real_model_path, monkeypatch)
+
+
+def same_tokens_either_way(path, monkeypatch) -> None:
     def generate() -> list[list[int]]:
-        with LlamaEngine(arch_model_path, max_lanes=3, n_ctx=1024, n_batch=256) as engine:
+        with LlamaEngine(path, max_lanes=3, n_ctx=1024, n_batch=256) as engine:
             hello = engine.tokenize("hello there, how are you")
             requests = [
                 Request(list(hello), SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True, repeat_penalty=1.3)),
@@ -92,7 +114,7 @@ def test_decoding_with_it_gives_the_chain_s_tokens(arch_model_path, monkeypatch)
     monkeypatch.setattr(GreedySampler, "choose", lambda self, logits: chosen.append(1) or choose(self, logits))
     fast = generate()
     assert len(chosen) == 3 * 40
-    monkeypatch.setattr(llama_sampling, "takes_greedy_sampler", lambda sampling: False)
+    monkeypatch.setattr(llama_sampling, "takes_greedy_sampler", lambda sampling, n_vocab: False)
     assert fast == generate()
     # The penalty and the bias did something, or the comparison above shows little.
     assert fast[0] != fast[1] and len(set(fast[0])) > 4
