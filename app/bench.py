@@ -191,10 +191,16 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
     """
     room = min(engine.max_context, engine.kv_capacity // max(widths)) - steps - 2
     prompt = max(1, min(context - steps // 2, room))
+    chunk = min(SchedulerConfig().prefill_chunk, getattr(engine, "max_step_tokens", 1 << 30))
+    prompt = max(1, min(prompt, room - _prefill_steps(max(widths), prompt, chunk)))
     durations: dict[int, list[float]] = {width: [] for width in widths}
     for _ in range(rounds):
         for width in widths:
-            workload = SwarmWorkload(agents=width, lengths=(steps + 1,), requests_per_agent=1, prompt_tokens=prompt)
+            # The first sequences decode while the last ones' prompts are still being computed; each
+            # asks for that many steps more, so `steps` steps still find the whole width decoding.
+            workload = SwarmWorkload(agents=width, lengths=(steps + 1 + _prefill_steps(width, prompt, chunk),),
+                                     requests_per_agent=1,
+                                     prompt_tokens=prompt)
             config = SchedulerConfig(policy="continuous", max_batch=width)
 
             def keep(stats, width=width):
@@ -202,10 +208,19 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
                     durations[width].append(stats.duration * 1e3)
 
             run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(), on_stats=keep)
+    missing = [width for width, ms in durations.items() if not ms]
+    if missing:
+        raise ValueError(f"the sweep never had {', '.join(map(str, missing))} sequences decoding together "
+                         f"(the KV held {engine.kv_capacity} tokens for {prompt}-token prompts); lower --fit-widths "
+                         f"or --fit-context")
     # The first decode steps warm caches and threads; the median ignores them.
     medians = {width: statistics.median(ms) for width, ms in durations.items()}
     points = [(width, ms) for width, values in durations.items() for ms in values]
     return Sweep(fit_step_line(points), medians, prompt + steps // 2)
+
+
+def _prefill_steps(width: int, prompt: int, chunk: int) -> int:
+    return -(-width * prompt // chunk) + 1
 
 
 def _predictions(fit: Sweep | None, workload: SwarmWorkload, max_batch: int, policies) -> dict[str, float]:

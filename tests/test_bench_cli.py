@@ -67,6 +67,19 @@ def test_fit_recovers_the_modeled_cards_step_line_at_the_workloads_context(capsy
     assert prediction == pytest.approx(8 / (fit["floor_ms"] + 8 * fit["per_row_ms"]) * 1e3)
 
 
+def test_fit_sweeps_widths_whose_prompts_take_longer_than_the_decodes(capsys):
+    """16 prompts of ~590 tokens take 37 chunked steps to compute, longer than 24 decode steps: the
+    first sequences must keep decoding until the last ones join, or B=16 is never measured."""
+    from runtime.profiles import RX_9070_XT_QWEN35_9B as card
+
+    assert main(["bench", "--engine", "modeled", "--policy", "continuous", "--agents", "2", "--lengths", "4",
+                 "--requests-per-agent", "1", "--fit", "--fit-widths", "1,16", "--fit-context", "600",
+                 "--fit-steps", "24", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)["fit"]
+    assert set(fit["median_step_ms"]) == {"1", "16"}
+    assert abs(fit["per_row_ms"] - card.per_row_ms) < 0.05 * card.per_row_ms
+
+
 def test_mean_decode_context_counts_the_conversation_so_far():
     from runtime.workload import SwarmWorkload
 
