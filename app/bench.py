@@ -122,21 +122,23 @@ def run_bench(args: argparse.Namespace) -> int:
             fit = sweep_step_line(engine, args.fit_widths, args.fit_steps, virtual, context, args.fit_rounds)
         # The modeled card prices a prompt token apart from a row; the line's rows say nothing of it.
         line = fit.line if fit is not None and not isinstance(engine, ModeledEngine) else None
-        priced: dict[str, float] = {}
+        priced: dict[str, LinePricing] = {}
         for policy in policies:
             config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
                                      prefix_cache=args.prefix_cache)
-            pricing = LinePricing(line) if line is not None else None
+            pricing = LinePricing(line, max_batch) if line is not None else None
             results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(),
                                            on_stats=pricing.add if pricing else None))
             if pricing is not None:
-                priced[policy] = pricing.tok_s
+                priced[policy] = pricing
     finally:
         engine.close()
     predictions = _predictions(fit, workload, max_batch, policies)
     if args.json:
         out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy),
-                                           "line_priced_tok_s": priced.get(r.policy)} for r in results],
+                                           "line_priced_tok_s": priced[r.policy].tok_s if r.policy in priced else None,
+                                           "line_bound_tok_s": priced[r.policy].bound_tok_s if r.policy in priced
+                                           else None} for r in results],
                "workload": _workload_dict(workload, max_batch), "engine": engine.name}
         if fit is not None:
             out["fit"] = fit.as_dict()
@@ -147,22 +149,37 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 class LinePricing:
-    """What the fitted line says the run's own steps cost, each at its rows: decode rows plus prompt
-    tokens, for on a CPU a prompt token costs about what a decode row does. Its tok/s against the
-    ceiling's splits a policy's shortfall into prompt work (here) and step time above the line."""
+    """What the fitted line says the run's own steps cost, each at its rows: decode and padding rows
+    plus prompt tokens, for on a CPU a prompt token costs about what a decode row does. Its tok/s against the
+    ceiling's splits a policy's shortfall into prompt work (here) and step time above the line.
 
-    def __init__(self, line: StepLine) -> None:
+    `bound_tok_s` is the best any schedule of the same rows could do on that line: every step
+    yields `width` tokens (the fewest steps there can be) and the prompt tokens ride along, each
+    paying a row's cost and no step's floor. On a card, where a prompt token costs little beside
+    the weight stream, it approaches the ceiling; on a CPU the prompt tokens keep it below."""
+
+    def __init__(self, line: StepLine, width: int) -> None:
         self.line = line
+        self.width = width
         self.ms = 0.0
+        self.rows = 0
         self.tokens = 0
 
     def add(self, stats) -> None:
-        self.ms += self.line.step_ms(stats.decode_rows + stats.prefill_tokens)
+        # A static batch's padding rows are computed too; they are the schedule's, not the work's.
+        rows = stats.decode_rows + stats.prefill_tokens
+        self.ms += self.line.step_ms(rows + stats.padding_lanes)
+        self.rows += rows
         self.tokens += stats.useful_tokens
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.ms * 1e3 if self.ms > 0 else 0.0
+
+    @property
+    def bound_tok_s(self) -> float:
+        ms = self.tokens / self.width * self.line.floor_ms + self.rows * self.line.per_row_ms
+        return self.tokens / ms * 1e3 if ms > 0 else 0.0
 
 
 @dataclass(slots=True)
@@ -247,7 +264,7 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
 
 
 def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float],
-                 priced: dict[str, float]) -> None:
+                 priced: dict[str, LinePricing]) -> None:
     print(f"engine: {engine.name}")
     if workload.real_agents:
         print(f"{workload.agents} real agents x {workload.requests_per_agent} turns (coding chats that end on the "
@@ -277,9 +294,14 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
             line += f"{predictions[r.policy]:>10.1f}{r.tok_s / predictions[r.policy]:>8.2f}"
         print(line)
     for r in results:
-        if priced.get(r.policy):
-            print(f"{r.policy}: the fitted line priced at each of its steps' rows (decode rows + prompt tokens "
-                  f"computed) gives {priced[r.policy]:.1f} tok/s; measured / that = {r.tok_s / priced[r.policy]:.2f}")
+        pricing = priced.get(r.policy)
+        if pricing is not None and pricing.tok_s and pricing.bound_tok_s:
+            print(f"{r.policy}: the fitted line priced at each of its steps' rows (decode and padding rows + "
+                  f"prompt tokens computed) gives {pricing.tok_s:.1f} tok/s; measured / that = {r.tok_s / pricing.tok_s:.2f}")
+            ceiling = pricing.line.ceiling_tok_s(max_batch)
+            print(f"{r.policy}: no schedule of those rows beats {pricing.bound_tok_s:.1f} tok/s on that line "
+                  f"({pricing.bound_tok_s / ceiling:.2f} of the ceiling: {pricing.rows - r.useful_tokens} more rows "
+                  f"than tokens); measured / that = {r.tok_s / pricing.bound_tok_s:.2f}")
     print(f"{'policy':<12}{'prefix':>8}{'prompt tok':>12}{'computed':>10}{'reused':>10}{'hit rate':>10}"
           f"{'TTFT p50':>10}{'TTFT p95':>10}{'cached peak':>13}")
     for r in results:

@@ -105,17 +105,22 @@ def test_llama_fit_is_measured_at_the_asked_context(tiny_model_path, capsys):
     assert fit["context_tokens"] <= 1024 // 2
 
 
-def test_line_pricing_charges_prompt_tokens_as_rows():
+def test_line_pricing_charges_prompt_tokens_and_padding_as_rows():
     from types import SimpleNamespace
 
     from app.bench import LinePricing
     from runtime.fit import StepLine
 
-    pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6))
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, useful_tokens=4))
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, useful_tokens=4))
-    # (10 + 2*10) + (10 + 2*4) ms for 8 tokens.
-    assert pricing.tok_s == pytest.approx(8 / 48e-3)
+    pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6), width=4)
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, padding_lanes=0, useful_tokens=4))
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, padding_lanes=0, useful_tokens=4))
+    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=0, padding_lanes=2, useful_tokens=2))
+    # (10 + 2*10) + (10 + 2*4) + (10 + 2*4) ms for 10 tokens.
+    assert pricing.tok_s == pytest.approx(10 / 66e-3)
+    # The best schedule of the 16 useful rows: 10 tokens in 2.5 full steps' floors, no padding.
+    assert pricing.bound_tok_s == pytest.approx(10 / (2.5 * 10 + 16 * 2.0) * 1e3)
+    assert pricing.bound_tok_s < pricing.line.ceiling_tok_s(4)
+    assert pricing.bound_tok_s > pricing.tok_s
 
 
 def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, monkeypatch):
@@ -133,3 +138,4 @@ def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, 
     ceiling = 2 / (fit["floor_ms"] + 2 * fit["per_row_ms"]) * 1e3
     # Prompt tokens and the narrower steps as requests end cost the run more than full decode steps.
     assert 0 < result["line_priced_tok_s"] < ceiling
+    assert result["line_priced_tok_s"] <= result["line_bound_tok_s"] < ceiling
