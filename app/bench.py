@@ -138,7 +138,9 @@ def run_bench(args: argparse.Namespace) -> int:
         out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy),
                                            "line_priced_tok_s": priced[r.policy].tok_s if r.policy in priced else None,
                                            "line_bound_tok_s": priced[r.policy].bound_tok_s if r.policy in priced
-                                           else None} for r in results],
+                                           else None,
+                                           "full_width_step_ms": priced[r.policy].full_width_summary()
+                                           if r.policy in priced else None} for r in results],
                "workload": _workload_dict(workload, max_batch), "engine": engine.name}
         if fit is not None:
             out["fit"] = fit.as_dict()
@@ -164,8 +166,11 @@ class LinePricing:
         self.ms = 0.0
         self.rows = 0
         self.tokens = 0
+        self.full_steps_ms: list[float] = []
 
     def add(self, stats) -> None:
+        if stats.decode_rows == self.width and stats.prefill_tokens == 0:
+            self.full_steps_ms.append(stats.duration * 1e3)
         # A static batch's padding rows are computed too; they are the schedule's, not the work's.
         rows = stats.decode_rows + stats.prefill_tokens
         self.ms += self.line.step_ms(rows + stats.padding_lanes)
@@ -175,6 +180,12 @@ class LinePricing:
     @property
     def tok_s(self) -> float:
         return self.tokens / self.ms * 1e3 if self.ms > 0 else 0.0
+
+    def full_width_summary(self) -> dict | None:
+        full = self.full_steps_ms
+        if not full:
+            return None
+        return {"steps": len(full), "median": statistics.median(full), "mean": statistics.fmean(full)}
 
     @property
     def bound_tok_s(self) -> float:
@@ -187,6 +198,9 @@ class Sweep:
     line: StepLine | None
     median_ms: dict[int, float]
     context: int
+    # Throughput pays the mean step; the line is fitted on medians, which a noisy machine's slow
+    # steps do not move.
+    mean_ms: dict[int, float]
 
     def as_dict(self) -> dict:
         line = self.line
@@ -194,6 +208,7 @@ class Sweep:
             "floor_ms": line.floor_ms if line else None,
             "per_row_ms": line.per_row_ms if line else None,
             "median_step_ms": {str(b): ms for b, ms in self.median_ms.items()},
+            "mean_step_ms": {str(b): ms for b, ms in self.mean_ms.items()},
             "context_tokens": self.context,
         }
 
@@ -232,8 +247,9 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
                          f"or --fit-context")
     # The first decode steps warm caches and threads; the median ignores them.
     medians = {width: statistics.median(ms) for width, ms in durations.items()}
+    means = {width: statistics.fmean(ms) for width, ms in durations.items()}
     points = [(width, ms) for width, values in durations.items() for ms in values]
-    return Sweep(fit_step_line(points), medians, prompt + steps // 2)
+    return Sweep(fit_step_line(points), medians, prompt + steps // 2, means)
 
 
 def _prefill_steps(width: int, prompt: int, chunk: int) -> int:
@@ -302,6 +318,11 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
             print(f"{r.policy}: no schedule of those rows beats {pricing.bound_tok_s:.1f} tok/s on that line "
                   f"({pricing.bound_tok_s / ceiling:.2f} of the ceiling: {pricing.rows - r.useful_tokens} more rows "
                   f"than tokens); measured / that = {r.tok_s / pricing.bound_tok_s:.2f}")
+            full = pricing.full_width_summary()
+            if full and fit is not None and max_batch in fit.median_ms:
+                print(f"{r.policy}: its {full['steps']} steps of {max_batch} decode rows took median "
+                      f"{full['median']:.1f} ms, mean {full['mean']:.1f} ms (the sweep's at "
+                      f"B={max_batch}: {fit.median_ms[max_batch]:.1f}, {fit.mean_ms[max_batch]:.1f})")
     print(f"{'policy':<12}{'prefix':>8}{'prompt tok':>12}{'computed':>10}{'reused':>10}{'hit rate':>10}"
           f"{'TTFT p50':>10}{'TTFT p95':>10}{'cached peak':>13}")
     for r in results:

@@ -112,15 +112,17 @@ def test_line_pricing_charges_prompt_tokens_and_padding_as_rows():
     from runtime.fit import StepLine
 
     pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6), width=4)
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, padding_lanes=0, useful_tokens=4))
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, padding_lanes=0, useful_tokens=4))
-    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=0, padding_lanes=2, useful_tokens=2))
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, padding_lanes=0, useful_tokens=4, duration=0.05))
+    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, padding_lanes=0, useful_tokens=4, duration=0.02))
+    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=0, padding_lanes=2, useful_tokens=2, duration=0.02))
     # (10 + 2*10) + (10 + 2*4) + (10 + 2*4) ms for 10 tokens.
     assert pricing.tok_s == pytest.approx(10 / 66e-3)
     # The best schedule of the 16 useful rows: 10 tokens in 2.5 full steps' floors, no padding.
     assert pricing.bound_tok_s == pytest.approx(10 / (2.5 * 10 + 16 * 2.0) * 1e3)
     assert pricing.bound_tok_s < pricing.line.ceiling_tok_s(4)
     assert pricing.bound_tok_s > pricing.tok_s
+    # Only the step of 4 decode rows and no prompt is a full-width decode step.
+    assert pricing.full_width_summary() == {"steps": 1, "median": pytest.approx(20.0), "mean": pytest.approx(20.0)}
 
 
 def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, monkeypatch):
@@ -139,3 +141,7 @@ def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, 
     # Prompt tokens and the narrower steps as requests end cost the run more than full decode steps.
     assert 0 < result["line_priced_tok_s"] < ceiling
     assert result["line_priced_tok_s"] <= result["line_bound_tok_s"] < ceiling
+    # The run's own full-width decode steps beside the sweep's, median and mean.
+    full = result["full_width_step_ms"]
+    assert full["steps"] > 0 and full["median"] > 0 and full["mean"] > 0
+    assert set(fit["mean_step_ms"]) == {"1", "2"}
