@@ -136,11 +136,7 @@ def run_bench(args: argparse.Namespace) -> int:
     predictions = _predictions(fit, workload, max_batch, policies)
     if args.json:
         out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy),
-                                           "line_priced_tok_s": priced[r.policy].tok_s if r.policy in priced else None,
-                                           "line_bound_tok_s": priced[r.policy].bound_tok_s if r.policy in priced
-                                           else None,
-                                           "full_width_step_ms": priced[r.policy].full_width_summary()
-                                           if r.policy in priced else None} for r in results],
+                                           **(priced[r.policy].as_dict() if r.policy in priced else {})} for r in results],
                "workload": _workload_dict(workload, max_batch), "engine": engine.name}
         if fit is not None:
             out["fit"] = fit.as_dict()
@@ -151,46 +147,67 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 class LinePricing:
-    """What the fitted line says the run's own steps cost, each at its rows: decode and padding rows
-    plus prompt tokens, for on a CPU a prompt token costs about what a decode row does. Its tok/s against the
-    ceiling's splits a policy's shortfall into prompt work (here) and step time above the line.
+    """The run's own steps against the fitted line, which prices decode rows only.
 
-    `bound_tok_s` is the best any schedule of the same rows could do on that line: every step
-    yields `width` tokens (the fewest steps there can be) and the prompt tokens ride along, each
-    paying a row's cost and no step's floor. On a card, where a prompt token costs little beside
-    the weight stream, it approaches the ceiling; on a CPU the prompt tokens keep it below."""
+    A prompt token's price is the run's own: what its prompt-carrying steps took above the line's
+    price of their decode and padding rows, per prompt token (on a CPU, chunks of a few tokens cost
+    about a decode row each; a chunk of hundreds costs far less a token). `tok_s` prices every other
+    step on the line, so measured / it is the step time above the line. `bound_tok_s` is the best
+    any schedule of the same work could do at those prices: every step yields `width` tokens (the
+    fewest steps there can be), no padding, and the prompt tokens ride along at their price. On a
+    card, where a prompt token costs little beside the weight stream, it approaches the ceiling; on
+    a CPU the prompt tokens keep it below."""
 
     def __init__(self, line: StepLine, width: int) -> None:
         self.line = line
         self.width = width
-        self.ms = 0.0
-        self.rows = 0
+        self.decode_ms = 0.0
+        self.prompt_steps_ms = 0.0
+        self.prompt_excess_ms = 0.0
+        self.decode_rows = 0
+        self.prompt_tokens = 0
         self.tokens = 0
         self.full_steps_ms: list[float] = []
 
     def add(self, stats) -> None:
-        if stats.decode_rows == self.width and stats.prefill_tokens == 0:
-            self.full_steps_ms.append(stats.duration * 1e3)
+        ms = stats.duration * 1e3
         # A static batch's padding rows are computed too; they are the schedule's, not the work's.
-        rows = stats.decode_rows + stats.prefill_tokens
-        self.ms += self.line.step_ms(rows + stats.padding_lanes)
-        self.rows += rows
+        rows_ms = self.line.step_ms(stats.decode_rows + stats.padding_lanes)
+        if stats.prefill_tokens:
+            self.prompt_steps_ms += ms
+            self.prompt_excess_ms += ms - rows_ms
+            self.prompt_tokens += stats.prefill_tokens
+        else:
+            self.decode_ms += rows_ms
+            if stats.decode_rows == self.width:
+                self.full_steps_ms.append(ms)
+        self.decode_rows += stats.decode_rows
         self.tokens += stats.useful_tokens
 
     @property
+    def prompt_token_ms(self) -> float:
+        return max(self.prompt_excess_ms, 0.0) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
     def tok_s(self) -> float:
-        return self.tokens / self.ms * 1e3 if self.ms > 0 else 0.0
+        ms = self.decode_ms + self.prompt_steps_ms
+        return self.tokens / ms * 1e3 if ms > 0 else 0.0
+
+    @property
+    def bound_tok_s(self) -> float:
+        ms = (self.tokens / self.width * self.line.floor_ms + self.decode_rows * self.line.per_row_ms
+              + self.prompt_tokens * self.prompt_token_ms)
+        return self.tokens / ms * 1e3 if ms > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"line_priced_tok_s": self.tok_s, "line_bound_tok_s": self.bound_tok_s,
+                "prompt_token_ms": self.prompt_token_ms, "full_width_step_ms": self.full_width_summary()}
 
     def full_width_summary(self) -> dict | None:
         full = self.full_steps_ms
         if not full:
             return None
         return {"steps": len(full), "median": statistics.median(full), "mean": statistics.fmean(full)}
-
-    @property
-    def bound_tok_s(self) -> float:
-        ms = self.tokens / self.width * self.line.floor_ms + self.rows * self.line.per_row_ms
-        return self.tokens / ms * 1e3 if ms > 0 else 0.0
 
 
 @dataclass(slots=True)
@@ -312,12 +329,13 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
     for r in results:
         pricing = priced.get(r.policy)
         if pricing is not None and pricing.tok_s and pricing.bound_tok_s:
-            print(f"{r.policy}: the fitted line priced at each of its steps' rows (decode and padding rows + "
-                  f"prompt tokens computed) gives {pricing.tok_s:.1f} tok/s; measured / that = {r.tok_s / pricing.tok_s:.2f}")
             ceiling = pricing.line.ceiling_tok_s(max_batch)
-            print(f"{r.policy}: no schedule of those rows beats {pricing.bound_tok_s:.1f} tok/s on that line "
-                  f"({pricing.bound_tok_s / ceiling:.2f} of the ceiling: {pricing.rows - r.useful_tokens} more rows "
-                  f"than tokens); measured / that = {r.tok_s / pricing.bound_tok_s:.2f}")
+            print(f"{r.policy}: a prompt token cost {pricing.prompt_token_ms:.2f} ms here (its steps above the "
+                  f"line's price of their decode rows); its other steps priced on the line give "
+                  f"{pricing.tok_s:.1f} tok/s; measured / that = {r.tok_s / pricing.tok_s:.2f}")
+            print(f"{r.policy}: no schedule of that work at those prices beats {pricing.bound_tok_s:.1f} tok/s "
+                  f"({pricing.bound_tok_s / ceiling:.2f} of the ceiling: every step full, "
+                  f"{pricing.prompt_tokens} prompt tokens); measured / that = {r.tok_s / pricing.bound_tok_s:.2f}")
             full = pricing.full_width_summary()
             if full and fit is not None and max_batch in fit.median_ms:
                 print(f"{r.policy}: its {full['steps']} steps of {max_batch} decode rows took median "

@@ -105,24 +105,48 @@ def test_llama_fit_is_measured_at_the_asked_context(tiny_model_path, capsys):
     assert fit["context_tokens"] <= 1024 // 2
 
 
-def test_line_pricing_charges_prompt_tokens_and_padding_as_rows():
+def test_line_pricing_takes_a_prompt_tokens_price_from_the_run():
     from types import SimpleNamespace
 
     from app.bench import LinePricing
     from runtime.fit import StepLine
 
+    def step(decode, prompt, padding, useful, ms):
+        return SimpleNamespace(decode_rows=decode, prefill_tokens=prompt, padding_lanes=padding,
+                               useful_tokens=useful, duration=ms / 1e3)
+
     pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6), width=4)
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=6, padding_lanes=0, useful_tokens=4, duration=0.05))
-    pricing.add(SimpleNamespace(decode_rows=4, prefill_tokens=0, padding_lanes=0, useful_tokens=4, duration=0.02))
-    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=0, padding_lanes=2, useful_tokens=2, duration=0.02))
-    # (10 + 2*10) + (10 + 2*4) + (10 + 2*4) ms for 10 tokens.
-    assert pricing.tok_s == pytest.approx(10 / 66e-3)
-    # The best schedule of the 16 useful rows: 10 tokens in 2.5 full steps' floors, no padding.
-    assert pricing.bound_tok_s == pytest.approx(10 / (2.5 * 10 + 16 * 2.0) * 1e3)
-    assert pricing.bound_tok_s < pricing.line.ceiling_tok_s(4)
-    assert pricing.bound_tok_s > pricing.tok_s
+    # The line prices 4 rows at 18 ms: the 6 prompt tokens took 12 ms more, 2 ms each.
+    pricing.add(step(4, 6, 0, 4, 30.0))
+    pricing.add(step(4, 0, 0, 4, 20.0))
+    pricing.add(step(2, 0, 2, 2, 25.0))
+    assert pricing.prompt_token_ms == pytest.approx(2.0)
+    # Steps without a prompt at the line's price (padding rows too), the prompt step as it ran.
+    assert pricing.tok_s == pytest.approx(10 / (18 + 18 + 30) * 1e3)
+    # The best schedule: 10 tokens in 2.5 full steps' floors, 10 decode rows, 6 prompt tokens at 2 ms.
+    assert pricing.bound_tok_s == pytest.approx(10 / (2.5 * 10 + 10 * 2.0 + 6 * 2.0) * 1e3)
+    assert pricing.tok_s < pricing.bound_tok_s < pricing.line.ceiling_tok_s(4)
     # Only the step of 4 decode rows and no prompt is a full-width decode step.
     assert pricing.full_width_summary() == {"steps": 1, "median": pytest.approx(20.0), "mean": pytest.approx(20.0)}
+
+
+def test_a_cheap_prompt_is_priced_as_it_ran_not_as_rows():
+    """Hundreds of prompt tokens in one chunk cost a CPU far less than as many decode rows: the bound
+    must not fall below what the run itself did."""
+    from types import SimpleNamespace
+
+    from app.bench import LinePricing
+    from runtime.fit import StepLine
+
+    pricing = LinePricing(StepLine(floor_ms=16.0, per_row_ms=5.0, points=6), width=8)
+    pricing.add(SimpleNamespace(decode_rows=0, prefill_tokens=256, padding_lanes=0, useful_tokens=8,
+                                duration=0.3))
+    for _ in range(3):
+        pricing.add(SimpleNamespace(decode_rows=8, prefill_tokens=0, padding_lanes=0, useful_tokens=8,
+                                    duration=0.060))
+    measured = 32 / (0.3 + 3 * 0.060)
+    assert pricing.prompt_token_ms == pytest.approx((300 - 16) / 256)
+    assert pricing.bound_tok_s >= measured
 
 
 def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, monkeypatch):
