@@ -5,6 +5,7 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
 
     python benchmarks/peer_servers.py --llama-server PATH [--model GGUF] [--rounds 2] [--seconds 30]
     python benchmarks/peer_servers.py --llama-server PATH --real-agents [--seconds 60]   # the bundled model
+    python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4   # every chat to its end
 
 --real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
@@ -101,6 +102,19 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     return commands
 
 
+def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> SwarmConfig:
+    """The load for one round. With --turns every agent's conversation runs to its end, so each
+    server is timed over the same turns; a window would count only the turns a slower server reaches,
+    which leaves its later, longer-context turns out of its latency figures."""
+    seconds = None if args.turns else args.seconds
+    if args.real_agents:
+        return SwarmConfig(url=url, agents=args.agents, seconds=seconds, real_agents=True, turns=args.turns,
+                           reply_tokens=args.reply_tokens)
+    multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
+    return SwarmConfig(url=url, agents=args.agents, seconds=seconds, lengths=args.lengths,
+                       prompt_tokens=args.prompt_tokens, eos_token_ids=eog, **(multi_turn if args.turns else {}))
+
+
 def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
     url = f"http://127.0.0.1:{port}"
     log = open(Path(args.logs) / f"{name}.log", "ab")
@@ -108,15 +122,7 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     try:
         wait_healthy(url, proc)
-        if args.real_agents:
-            config = SwarmConfig(url=url, agents=args.agents, seconds=args.seconds, real_agents=True,
-                                 turns=args.turns, reply_tokens=args.reply_tokens)
-        else:
-            multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
-            config = SwarmConfig(url=url, agents=args.agents, seconds=None if args.turns else args.seconds,
-                                 lengths=args.lengths, prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
-                                 **(multi_turn if args.turns else {}))
-        report = asyncio.run(run_swarm(config))
+        report = asyncio.run(run_swarm(swarm_config(args, url, eog)))
         return report.as_dict()
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -184,7 +190,8 @@ def main() -> int:
     summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
     base = summary.get("swarm-panel")
     if args.real_agents:
-        shape = f"real agents ({args.turns or 4}-turn chats), {args.seconds:.0f} s"
+        shape = (f"real agents ({args.turns}-turn chats, run to the end)" if args.turns
+                 else f"real agents (4-turn chats), {args.seconds:.0f} s")
     elif args.turns:
         shape = f"lengths {list(args.lengths)}, {args.turns} turns, system prompt ~{args.system_tokens} tokens"
     else:

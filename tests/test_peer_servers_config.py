@@ -1,0 +1,35 @@
+"""benchmarks/peer_servers.py: what load each round gets (the servers themselves need llama-server)."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.peer_servers import SCALED_LENGTHS, swarm_config
+
+
+def _args(**given) -> argparse.Namespace:
+    defaults = {"agents": 8, "seconds": 60.0, "turns": None, "real_agents": False, "reply_tokens": 256,
+                "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32}
+    return argparse.Namespace(**(defaults | given))
+
+
+def test_real_agents_with_turns_run_every_chat_to_its_end():
+    config = swarm_config(_args(real_agents=True, turns=4), "http://127.0.0.1:1", ())
+    assert config.seconds is None
+    assert config.requests_per_agent == 4 and config.real_agents
+
+
+def test_real_agents_without_turns_run_for_the_window():
+    config = swarm_config(_args(real_agents=True), "http://127.0.0.1:1", ())
+    assert config.seconds == 60.0 and config.requests_per_agent is None
+
+
+def test_fixed_lengths_suppress_the_end_of_generation_tokens():
+    config = swarm_config(_args(), "http://127.0.0.1:1", (2, 7))
+    assert config.seconds == 60.0 and config.eos_token_ids == (2, 7) and config.lengths == SCALED_LENGTHS
+
+
+def test_conversations_with_a_system_prompt_run_to_their_end():
+    config = swarm_config(_args(turns=6, system_tokens=300, tool_tokens=20), "http://127.0.0.1:1", ())
+    assert config.seconds is None and config.requests_per_agent == 6
+    assert config.system_tokens == 300 and config.tool_tokens == 20
