@@ -6,6 +6,7 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
     python benchmarks/peer_servers.py --llama-server PATH [--model GGUF] [--rounds 2] [--seconds 30]
     python benchmarks/peer_servers.py --llama-server PATH --real-agents [--seconds 60]   # the bundled model
     python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4   # every chat to its end
+    python benchmarks/peer_servers.py --llama-server PATH --requests 8   # the same 64 requests for each server
 
 --real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
@@ -106,13 +107,14 @@ def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> Sw
     """The load for one round. With --turns every agent's conversation runs to its end, so each
     server is timed over the same turns; a window would count only the turns a slower server reaches,
     which leaves its later, longer-context turns out of its latency figures."""
-    seconds = None if args.turns else args.seconds
+    seconds = None if args.turns or args.requests else args.seconds
     if args.real_agents:
         return SwarmConfig(url=url, agents=args.agents, seconds=seconds, real_agents=True, turns=args.turns,
                            reply_tokens=args.reply_tokens)
     multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
     return SwarmConfig(url=url, agents=args.agents, seconds=seconds, lengths=args.lengths,
-                       prompt_tokens=args.prompt_tokens, eos_token_ids=eog, **(multi_turn if args.turns else {}))
+                       prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
+                       requests_per_agent=None if args.turns else args.requests, **(multi_turn if args.turns else {}))
 
 
 def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
@@ -150,6 +152,9 @@ def main() -> int:
     parser.add_argument("--lengths", type=lambda t: tuple(int(v) for v in t.split(",")), default=SCALED_LENGTHS)
     parser.add_argument("--turns", type=int, default=None,
                         help="multi-turn conversations of this many turns, run to completion (not --seconds)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="single-turn requests per agent, all run to their end (not --seconds); "
+                             "8 gives every agent each of the 8 lengths once")
     parser.add_argument("--system-tokens", type=int, default=0, help="shared system prompt, about this many tokens")
     parser.add_argument("--tool-tokens", type=int, default=64, help="tool result appended each turn")
     parser.add_argument("--real-agents", action="store_true",
@@ -194,6 +199,8 @@ def main() -> int:
                  else f"real agents (4-turn chats), {args.seconds:.0f} s")
     elif args.turns:
         shape = f"lengths {list(args.lengths)}, {args.turns} turns, system prompt ~{args.system_tokens} tokens"
+    elif args.requests:
+        shape = f"lengths {list(args.lengths)}, {args.requests} requests per agent, run to the end"
     else:
         shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
     print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}")

@@ -9,7 +9,8 @@ from benchmarks.peer_servers import SCALED_LENGTHS, swarm_config
 
 def _args(**given) -> argparse.Namespace:
     defaults = {"agents": 8, "seconds": 60.0, "turns": None, "real_agents": False, "reply_tokens": 256,
-                "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32}
+                "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32,
+                "requests": None}
     return argparse.Namespace(**(defaults | given))
 
 
@@ -33,3 +34,11 @@ def test_conversations_with_a_system_prompt_run_to_their_end():
     config = swarm_config(_args(turns=6, system_tokens=300, tool_tokens=20), "http://127.0.0.1:1", ())
     assert config.seconds is None and config.requests_per_agent == 6
     assert config.system_tokens == 300 and config.tool_tokens == 20
+
+
+def test_fixed_lengths_with_requests_run_each_agents_requests_to_their_end():
+    config = swarm_config(_args(requests=8), "http://127.0.0.1:1", (2,))
+    assert config.seconds is None and config.requests_per_agent == 8
+    # Lengths cycle per agent: 8 requests give every agent each length once.
+    workload = config.workload
+    assert sorted(workload.max_tokens(3, turn) for turn in range(8)) == sorted(SCALED_LENGTHS)
