@@ -95,10 +95,31 @@ def decide_extra_buffers(
     decision = _run_probe(command or probe_command(path), timeout_s)
     (log.info if decision.enabled else log.warning)("extra buffer types %s for %s: %s",
                                                      "on" if decision.enabled else "off", path.name, decision.reason)
-    records = _read(cache_path)
+    records = _pruned(_read(cache_path))
     records.setdefault(machine, {})[model] = {"enabled": decision.enabled, "reason": decision.reason}
     _write(cache_path, records)
     return decision
+
+
+def _pruned(records: dict) -> dict:
+    """The verdicts whose model file is still there unchanged: a key names a file's size and mtime, so
+    a rewritten or deleted file's verdict would otherwise stay in the file forever."""
+    kept = {}
+    for machine, models in records.items():
+        current = {key: verdict for key, verdict in models.items() if _names_current_file(key)}
+        if current:
+            kept[machine] = current
+    return kept
+
+
+def _names_current_file(key: str) -> bool:
+    path, _, stamp = key.rpartition(":")
+    path, _, size = path.rpartition(":")
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return False
+    return f"{stat.st_size}:{int(stat.st_mtime)}" == f"{size}:{stamp}"
 
 
 def _run_probe(command: list[str], timeout_s: float) -> ExtraBuffersDecision:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 
 import pytest
+from unittest.mock import ANY
 
 from runtime import extra_buffers_probe as probe
 from runtime.extra_buffers_probe import decide_extra_buffers
@@ -39,6 +42,26 @@ def test_an_agreeing_probe_turns_them_on_and_the_verdict_is_remembered(tmp_path,
     assert again.enabled is True and "remembered" in again.reason
     records = json.loads(cache.read_text())
     assert list(records) == [probe.machine_key()]
+
+
+def test_verdicts_for_deleted_or_rewritten_files_are_dropped_when_one_is_written(tmp_path, tiny_model_path):
+    cache = tmp_path / "c.json"
+    gone, rewritten = tmp_path / "gone.gguf", tmp_path / "rewritten.gguf"
+    for path in (gone, rewritten):
+        shutil.copyfile(tiny_model_path, path)
+        decide_extra_buffers(path, "auto", cache_path=cache, command=AGREE)
+    old_build = {"old-build": {probe.model_key(rewritten): {"enabled": True, "reason": "x"}}}
+    cache.write_text(json.dumps({**json.loads(cache.read_text()), **old_build}))
+    gone.unlink()
+    stat = rewritten.stat()
+    os.utime(rewritten, (stat.st_atime, stat.st_mtime + 10))
+
+    decide_extra_buffers(tiny_model_path, "auto", cache_path=cache, command=AGREE)
+
+    records = json.loads(cache.read_text())
+    assert records == {probe.machine_key(): {probe.model_key(tiny_model_path): {"enabled": True, "reason": ANY}}}
+    # The rewritten file gets a fresh probe, not its old verdict.
+    assert "remembered" not in decide_extra_buffers(rewritten, "auto", cache_path=cache, command=AGREE).reason
 
 
 def test_the_setting_overrides_the_probe(tmp_path, tiny_model_path):
