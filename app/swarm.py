@@ -42,6 +42,8 @@ class SwarmConfig:
     lengths: tuple[int, ...] = ARTICLE_LENGTHS
     spread: float = 1.0
     prompt_tokens: int = 32
+    # The first agent pastes a file: its prompts are about this many tokens (0: like the others).
+    long_prompt_tokens: int = 0
     api_key: str | None = None
     model: str = "swarm-panel"
     # Random-weight models stop at random; benchmarks need exact lengths.
@@ -76,8 +78,8 @@ class SwarmConfig:
             if self.turns < 1:
                 raise ValueError(f"turns must be at least 1, got {self.turns}")
             self.requests_per_agent = self.turns
-        if self.system_tokens < 0 or self.tool_tokens < 0:
-            raise ValueError("system_tokens and tool_tokens must not be negative")
+        if self.system_tokens < 0 or self.tool_tokens < 0 or self.long_prompt_tokens < 0:
+            raise ValueError("system_tokens, tool_tokens and long_prompt_tokens must not be negative")
         if not 1 <= self.agents <= 1024:
             raise ValueError(f"agents must be within 1..1024, got {self.agents}")
         if self.seconds is None and self.requests_per_agent is None and self.critical_path is None:
@@ -132,6 +134,8 @@ class SwarmReport:
     cached_tokens: int = 0
     # The critical-path swarm's figures: rounds (makespan, shares, Jain), fairness and latency per agent.
     critical_path: dict | None = None
+    # With long_prompt_tokens: TTFT and turn latency (p50, p95) of every agent but the long-prompt one.
+    short_prompts: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -161,10 +165,11 @@ class _Swarm:
         if c.real_agents:
             return list(self._chat(agent).messages)
         system = [{"role": "system", "content": system_text(c.system_tokens)}] if c.system_tokens else []
+        prompt_tokens = c.long_prompt_tokens if agent == 0 and c.long_prompt_tokens else c.prompt_tokens
         if c.turns is None:
-            return system + [{"role": "user", "content": prompt_text(agent, turn, c.prompt_tokens)}]
+            return system + [{"role": "user", "content": prompt_text(agent, turn, prompt_tokens)}]
         if agent not in self.conversations:
-            self.conversations[agent] = system + [{"role": "user", "content": prompt_text(agent, 0, c.prompt_tokens)}]
+            self.conversations[agent] = system + [{"role": "user", "content": prompt_text(agent, 0, prompt_tokens)}]
         return list(self.conversations[agent])
 
     def _replied(self, agent: int, turn: int, reply: str) -> None:
@@ -328,6 +333,13 @@ def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
     ttft = [t for r in reports.values() for t in r.ttft]
     latency = [t for r in reports.values() for t in r.latency]
     tokens = sum(r.tokens for r in reports.values())
+    short_prompts = None
+    if config.long_prompt_tokens:
+        others = [r for name, r in reports.items() if name != agent_name(0)]
+        short_ttft = [t for r in others for t in r.ttft]
+        short_latency = [t for r in others for t in r.latency]
+        short_prompts = {"ttft_p50": percentile(short_ttft, 50), "ttft_p95": percentile(short_ttft, 95),
+                         "latency_p50": percentile(short_latency, 50), "latency_p95": percentile(short_latency, 95)}
     return SwarmReport(
         agents=config.agents,
         requests=sum(r.requests for r in reports.values()),
@@ -342,6 +354,7 @@ def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
         error_messages=swarm.messages,
         prompt_tokens=sum(r.prompt_tokens for r in reports.values()),
         cached_tokens=sum(r.cached_tokens for r in reports.values()),
+        short_prompts=short_prompts,
         per_agent={
             name: {"requests": r.requests, "errors": r.errors, "tokens": r.tokens,
                    "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,

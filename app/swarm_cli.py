@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", choices=sorted(LENGTH_PRESETS), default="article")
     p.add_argument("--spread", type=float, default=1.0)
     p.add_argument("--prompt-tokens", type=int, default=32, help="each request's prompt (with --turns: the task)")
+    p.add_argument("--long-prompt-tokens", type=int, default=0,
+                   help="the first agent's prompts instead (a file pasted whole); the others' TTFT is shown apart")
     p.add_argument("--system-tokens", type=int, default=0,
                    help="a system message of about this many tokens, shared by every agent")
     p.add_argument("--turns", type=int, default=None,
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         lengths=tuple(args.lengths or LENGTH_PRESETS[args.preset]),
         spread=args.spread,
         prompt_tokens=args.prompt_tokens,
+        long_prompt_tokens=args.long_prompt_tokens,
         api_key=args.api_key,
         model=args.model,
         ignore_eos=args.ignore_eos,
@@ -98,6 +101,10 @@ def print_report(report: SwarmReport, config: SwarmConfig) -> None:
         print(f"prompt tokens {report.prompt_tokens}{cached} (as the server's usage reports them)")
     print(f"TTFT p50 {_ms(report.ttft_p50)}, p95 {_ms(report.ttft_p95)}; "
           f"latency p50 {_ms(report.latency_p50)}, p95 {_ms(report.latency_p95)}")
+    if report.short_prompts:
+        short = report.short_prompts
+        print(f"the agents beside the long prompt: TTFT p50 {_ms(short['ttft_p50'])}, p95 {_ms(short['ttft_p95'])}; "
+              f"latency p50 {_ms(short['latency_p50'])}, p95 {_ms(short['latency_p95'])}")
     for message in report.error_messages[:5]:
         print(f"  error: {message}")
     if report.critical_path is not None:

@@ -7,6 +7,7 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
     python benchmarks/peer_servers.py --llama-server PATH --real-agents [--seconds 60]   # the bundled model
     python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4   # every chat to its end
     python benchmarks/peer_servers.py --llama-server PATH --requests 8   # the same 64 requests for each server
+    python benchmarks/peer_servers.py --llama-server PATH --long-prompt-tokens 500   # one agent pastes files
 
 --real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
@@ -113,7 +114,7 @@ def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> Sw
                            reply_tokens=args.reply_tokens)
     multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
     return SwarmConfig(url=url, agents=args.agents, seconds=seconds, lengths=args.lengths,
-                       prompt_tokens=args.prompt_tokens, eos_token_ids=eog,
+                       prompt_tokens=args.prompt_tokens, long_prompt_tokens=args.long_prompt_tokens, eos_token_ids=eog,
                        requests_per_agent=None if args.turns else args.requests, **(multi_turn if args.turns else {}))
 
 
@@ -136,6 +137,15 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
         log.close()
 
 
+def beside_long(report: dict) -> str:
+    """The other agents' figures when the first one sends long prompts."""
+    short = report.get("short_prompts")
+    if not short:
+        return ""
+    return (f"\n{'':<25}beside the long prompt: TTFT p50 {1e3 * (short['ttft_p50'] or 0):6.0f} ms"
+            f"  p95 {1e3 * (short['ttft_p95'] or 0):6.0f} ms  turn p95 {short['latency_p95'] or 0:5.1f} s")
+
+
 def cached_share(report: dict) -> float:
     """Prompt tokens the server says it served from its cache (usage.prompt_tokens_details.cached_tokens)."""
     return report["cached_tokens"] / report["prompt_tokens"] if report["prompt_tokens"] else 0.0
@@ -149,6 +159,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--long-prompt-tokens", type=int, default=0,
+                        help="the first agent's prompts are this long (a file pasted whole); the other agents' "
+                             "TTFT and turn latency are printed apart")
     parser.add_argument("--lengths", type=lambda t: tuple(int(v) for v in t.split(",")), default=SCALED_LENGTHS)
     parser.add_argument("--turns", type=int, default=None,
                         help="multi-turn conversations of this many turns, run to completion (not --seconds)")
@@ -191,7 +204,7 @@ def main() -> int:
                   f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms"
                   f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  turn p50 {report['latency_p50'] or 0:5.1f} s"
                   f"  p95 {report['latency_p95'] or 0:5.1f} s  cached {cached_share(report):4.0%}"
-                  f"  {report['seconds']:.1f} s", flush=True)
+                  f"  {report['seconds']:.1f} s{beside_long(report)}", flush=True)
     summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
     base = summary.get("swarm-panel")
     if args.real_agents:
@@ -201,6 +214,8 @@ def main() -> int:
         shape = f"lengths {list(args.lengths)}, {args.turns} turns, system prompt ~{args.system_tokens} tokens"
     elif args.requests:
         shape = f"lengths {list(args.lengths)}, {args.requests} requests per agent, run to the end"
+    elif args.long_prompt_tokens:
+        shape = f"lengths {list(args.lengths)}, agent 1's prompts ~{args.long_prompt_tokens} tokens, {args.seconds:.0f} s"
     else:
         shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
     print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}")
@@ -211,6 +226,10 @@ def main() -> int:
         p95 = statistics.median(r["latency_p95"] or 0 for r in runs)
         cached = statistics.median(cached_share(r) for r in runs)
         print(f"{name:<17} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s  cached {cached:4.0%}{ratio}")
+        if args.long_prompt_tokens:
+            ttft = statistics.median(r["short_prompts"]["ttft_p95"] or 0 for r in runs)
+            turn = statistics.median(r["short_prompts"]["latency_p95"] or 0 for r in runs)
+            print(f"{'':<17} beside the long prompt: TTFT p95 {1e3 * ttft:6.0f} ms  turn p95 {turn:5.1f} s")
     if args.json:
         print(json.dumps({"median_tok_s": summary, "runs": results}))
     return 0

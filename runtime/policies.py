@@ -86,11 +86,17 @@ class ContinuousPolicy(Policy):
 
     name = "continuous"
     label = "continuous"
-    summary = "Refills a freed lane from the queue on the next step, first come first served; prompts enter in chunks."
+    summary = ("Refills a freed lane from the queue on the next step, first come first served; prompts enter in "
+               "chunks, the least left to compute first.")
     colour = "#6fd6b0"
 
     def admit(self, view: SchedulerView, now: float) -> Admission:
         return IN_QUEUE_ORDER
+
+    def prefill_order(self, view: SchedulerView, lanes: list[Lane]) -> list[Lane]:
+        # The prompt with the least left to compute first: a short turn's first token does not wait
+        # for a long prompt admitted before it, which costs the long one only the short one's tokens.
+        return sorted(lanes, key=lambda lane: lane.request.num_tokens - lane.request.num_computed_tokens)
 
     @classmethod
     def predicted_tok_s(cls, lengths_by_round: list[list[int]], line: StepLine) -> float:

@@ -50,6 +50,8 @@ __all__ = ["RequestRejected", "Scheduler"]
 log = logging.getLogger(__name__)
 
 _CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+# The oldest prompt's least share of a step's prefill budget (1/N) when the policy puts others first.
+OLDEST_PROMPT_SHARE = 4
 
 
 class Scheduler:
@@ -239,14 +241,22 @@ class Scheduler:
         """Prompt chunks within the prefill budget and the KV left, a prompt's first one after its prefix lookup."""
         rows: list[Row] = []
         budget = min(self.config.prefill_chunk, self.caps.max_step_tokens - planned)
-        prefilling = self.policy.prefill_order(self.view, sorted(
-            (lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
-            key=lambda lane: lane.admitted_seq,
-        ))
+        by_age = sorted((lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
+                        key=lambda lane: lane.admitted_seq)
+        prefilling = self.policy.prefill_order(self.view, by_age)
+        # However the policy orders prompts, the oldest keeps a share of every step, so a stream of
+        # newer prompts that the order puts first cannot starve it.
+        held = budget // OLDEST_PROMPT_SHARE if prefilling and prefilling[0] is not by_age[0] else 0
         computing: list[Request] = []
         for lane in prefilling:
+            oldest = lane is by_age[0]
+            available = budget if oldest else budget - held
+            if oldest:
+                held = 0
             if budget <= 0 or not self.prefix.make_room(planned + 1):
                 break
+            if available <= 0:
+                continue
             request = lane.request
             if not lane.prefix_checked:
                 if self.reuse_enabled and self.prefix.waits_for_earlier(request, computing):
@@ -257,7 +267,7 @@ class Scheduler:
                     self.stats.prefix_looked_up(request.agent, queried, self.prefix.reuse(lane, self.lanes, planned))
                 self.prefix.make_sequence_room(self.lanes)
             start = request.num_computed_tokens
-            want = min(request.num_tokens - start, budget)
+            want = min(request.num_tokens - start, available)
             self.prefix.make_room(planned + want)
             end, checkpoint = self.prefix.chunk_end(request, start, start + min(want, self.kv.free_tokens - planned))
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,

@@ -10,7 +10,7 @@ from benchmarks.peer_servers import SCALED_LENGTHS, swarm_config
 def _args(**given) -> argparse.Namespace:
     defaults = {"agents": 8, "seconds": 60.0, "turns": None, "real_agents": False, "reply_tokens": 256,
                 "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32,
-                "requests": None}
+                "requests": None, "long_prompt_tokens": 0}
     return argparse.Namespace(**(defaults | given))
 
 
@@ -42,3 +42,8 @@ def test_fixed_lengths_with_requests_run_each_agents_requests_to_their_end():
     # Lengths cycle per agent: 8 requests give every agent each length once.
     workload = config.workload
     assert sorted(workload.max_tokens(3, turn) for turn in range(8)) == sorted(SCALED_LENGTHS)
+
+
+def test_one_agent_can_send_long_prompts_beside_the_fixed_lengths():
+    config = swarm_config(_args(long_prompt_tokens=500), "http://127.0.0.1:1", (2,))
+    assert config.long_prompt_tokens == 500 and config.prompt_tokens == 32 and config.seconds == 60.0

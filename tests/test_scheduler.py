@@ -55,6 +55,35 @@ def test_chunked_prefill_never_starves_running_decodes():
     assert all(r.num_output_tokens == 400 for r in runners)
 
 
+def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
+    h = Harness(policy="continuous", max_batch=4, prefill_chunk=100)
+    long_prompt = h.add(5, prompt=1000)
+    h.step()
+    short = h.add(5, prompt=30)
+    h.step()
+    # First come first served would give the long prompt the whole budget for nine more steps.
+    assert short.num_output_tokens == 1
+    assert long_prompt.num_computed_tokens == 170
+    h.run()
+    assert long_prompt.num_output_tokens == 5 and short.num_output_tokens == 5
+
+
+def test_newer_prompts_put_first_cannot_starve_the_oldest():
+    h = Harness(policy="continuous", max_batch=8, prefill_chunk=100)
+    long_prompt = h.add(1, prompt=1000)
+    computed = []
+    while long_prompt.num_output_tokens == 0:
+        # Three one-token requests of 40 prompt tokens every step: more than the budget on their own.
+        for _ in range(3):
+            h.add(1, prompt=40)
+        before = long_prompt.num_computed_tokens
+        h.step()
+        computed.append(long_prompt.num_computed_tokens - before)
+        assert len(computed) < 60, "the oldest prompt starved"
+    assert min(computed) >= 100 // 4
+    h.run()
+
+
 def test_request_that_can_never_fit_is_rejected_at_once_and_one_that_must_wait_waits():
     h = Harness(policy="continuous", max_batch=8, kv_capacity=300)
     with pytest.raises(RequestRejected, match="KV budget"):
