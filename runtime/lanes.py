@@ -25,6 +25,9 @@ class Lane:
     admitted_seq: int = 0
     # The request has been looked up in the prefix cache since it entered this lane.
     prefix_checked: bool = False
+    # Before that lookup: how much of its prompt the cache held when it first waited for the prefill
+    # budget (what orders prompts by the work they have left; the lookup itself decides the reuse).
+    reusable_hint: int | None = None
 
     @property
     def kv_tokens(self) -> int:
@@ -74,7 +77,7 @@ class LaneTable:
     def occupy(self, lane: Lane, request: Request) -> None:
         self._admissions += 1
         lane.request, lane.padding, lane.padding_tokens = request, False, 0
-        lane.prefix_checked = False
+        lane.prefix_checked, lane.reusable_hint = False, None
         lane.admitted_seq = self._admissions
         request.status = RequestStatus.RUNNING
         self.of[request.request_id] = lane

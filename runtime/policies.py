@@ -94,9 +94,10 @@ class ContinuousPolicy(Policy):
         return IN_QUEUE_ORDER
 
     def prefill_order(self, view: SchedulerView, lanes: list[Lane]) -> list[Lane]:
-        # The prompt with the least left to compute first: a short turn's first token does not wait
-        # for a long prompt admitted before it, which costs the long one only the short one's tokens.
-        return sorted(lanes, key=lambda lane: lane.request.num_tokens - lane.request.num_computed_tokens)
+        # The prompt with the least left to compute first (an agent resending its conversation has only
+        # the new turn left): a short turn's first token does not wait for a long prompt admitted
+        # before it, which costs the long one only the short one's tokens.
+        return sorted(lanes, key=view.prompt_left)
 
     @classmethod
     def predicted_tok_s(cls, lengths_by_round: list[list[int]], line: StepLine) -> float:

@@ -12,6 +12,7 @@ from runtime.config import SchedulerConfig
 from runtime.request import Request
 
 if TYPE_CHECKING:
+    from runtime.lanes import Lane
     from runtime.scheduler import Scheduler
 
 
@@ -46,6 +47,15 @@ class SchedulerView:
     @property
     def num_running(self) -> int:
         return self._sched.num_running
+
+    def prompt_left(self, lane: Lane) -> int:
+        """Prompt tokens the lane's request has still to compute; before its prefix lookup, less what
+        the cache held of it when it first waited for the prefill budget."""
+        request = lane.request
+        computed = request.num_computed_tokens
+        if not lane.prefix_checked and lane.reusable_hint is not None:
+            computed = max(computed, lane.reusable_hint)
+        return request.num_tokens - computed
 
     @property
     def has_free_lane(self) -> bool:

@@ -126,10 +126,12 @@ class PrefixPlanner:
         return sum(lane.request is not None and (lane.prefix_checked or lane.padding) for lane in lanes)
 
     def _id_left_for_copy(self, lanes: Sequence[Lane]) -> bool:
-        """Whether a started lane can take an id of its own beside every cached sequence (a copy
-        keeps its source; adopting frees it)."""
+        """Whether a lane can take an id of its own beside every cached sequence (a copy keeps its
+        source; adopting frees it). Every occupied lane counts, started or not: one that starts later
+        needs an id too, and the copy's source cannot be evicted for it in the same step."""
         pool = self._pool()
-        return pool is None or not self.consecutive_ids or self._started(lanes) < pool
+        occupied = sum(lane.request is not None for lane in lanes)
+        return pool is None or not self.consecutive_ids or occupied < pool
 
     def drop_all(self) -> None:
         """Releases every cached sequence (live ones are untouched)."""
@@ -176,9 +178,12 @@ class PrefixPlanner:
             best_held = max(best_held, resume(shared, entry.num_tokens) if shared else 0)
         return best_coming >= MIN_MATCH_TOKENS and best_coming > best_held
 
-    def reuse(self, lane: Lane, lanes: Sequence[Lane], planned: int) -> int:
-        """Starts the lane's request at its longest resident prefix, with the op that puts it there;
-        returns how many tokens it reuses."""
+    def reusable(self, lane: Lane, lanes: Sequence[Lane]) -> int:
+        """How many of the lane's prompt tokens `reuse` would find resident now; changes nothing."""
+        match = self._longest_match(lane, lanes)
+        return match.num_tokens if match is not None else 0
+
+    def _longest_match(self, lane: Lane, lanes: Sequence[Lane]):
         request = lane.request
         live = [
             (other.request, as_tokens(other.request.token_ids[: other.request.num_computed_tokens]))
@@ -189,7 +194,13 @@ class PrefixPlanner:
             and not (other.padding and self.resumption is not None)
         ]
         tokens = as_tokens(request.token_ids)
-        match = self.cache.longest_match(tokens, request.num_tokens - 1, live, resume=self._resume_fn(tokens))
+        return self.cache.longest_match(tokens, request.num_tokens - 1, live, resume=self._resume_fn(tokens))
+
+    def reuse(self, lane: Lane, lanes: Sequence[Lane], planned: int) -> int:
+        """Starts the lane's request at its longest resident prefix, with the op that puts it there;
+        returns how many tokens it reuses."""
+        request = lane.request
+        match = self._longest_match(lane, lanes)
         if match is None:
             return 0
         n = match.num_tokens

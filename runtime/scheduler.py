@@ -243,6 +243,9 @@ class Scheduler:
         budget = min(self.config.prefill_chunk, self.caps.max_step_tokens - planned)
         by_age = sorted((lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
                         key=lambda lane: lane.admitted_seq)
+        for lane in by_age:
+            if lane.reusable_hint is None and not lane.prefix_checked and self.reuse_enabled:
+                lane.reusable_hint = self.prefix.reusable(lane, self.lanes)
         prefilling = self.policy.prefill_order(self.view, by_age)
         # However the policy orders prompts, the oldest keeps a share of every step, so a stream of
         # newer prompts that the order puts first cannot starve it.

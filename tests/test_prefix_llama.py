@@ -173,7 +173,8 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
 
 
 def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_completes(engine):
-    loop = make_loop(engine, max_batch=2, prefill_chunk=16)
+    # Continuous would give the resent conversation, with less left to compute, the budget first.
+    loop = make_loop(engine, max_batch=2, prefill_chunk=16, policy="priority")
     scheduler = loop.scheduler
     system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
     first = Request(system + engine.tokenize("alpha", add_special=False), greedy(5), agent="a")
@@ -182,8 +183,10 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
         loop.step()
     entry = scheduler.prefix_cache.get(first)
     assert entry is not None
-    # A long unrelated prompt is admitted first and takes the whole prefill budget for a few steps.
-    blocker = Request([engine.vocab.bos] + engine.tokenize("hello world " * 10, add_special=False), greedy(3))
+    # A long unrelated prompt of a higher priority is admitted first and takes the whole prefill
+    # budget for a few steps.
+    blocker = Request([engine.vocab.bos] + engine.tokenize("hello world " * 10, add_special=False), greedy(3),
+                      priority=-1)
     again = Request(first.token_ids + engine.tokenize("tool ok", add_special=False), greedy(8), agent="a")
     scheduler.add(blocker, loop.clock.now())
     scheduler.add(again, loop.clock.now())

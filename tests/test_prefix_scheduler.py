@@ -280,6 +280,43 @@ def test_split_kv_reuse_stays_within_its_pool_of_sequences(policy, engine_ids, c
     assert PrefixOpKind.ADOPT in kinds and (PrefixOpKind.COPY in kinds) == copies
 
 
+def test_split_kv_copies_no_prefix_when_lanes_yet_to_start_need_every_id_left():
+    """Four lanes of four ids: a newcomer that shares a cached prefix, beside three that share nothing,
+    adopts it. A copy would keep the source's id while the three still need theirs, and the source
+    cannot be evicted in the step that copies it."""
+    engine = Recorder(ModeledEngine())
+    scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=4, prefill_chunk=256),
+                          EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
+                                     max_step_tokens=engine.max_step_tokens, max_cached_sequences=4,
+                                     max_sequences=4, copies_prefixes=True, consecutive_ids=True))
+    loop = EngineLoop(scheduler, engine, VirtualClock())
+    held: set[int] = set()
+    most = []
+
+    def check():
+        # A static batch's steps before it forms hand the engine nothing.
+        for plan in engine.plans[len(most):]:
+            for released in plan.release:
+                held.discard(released.request_id)
+            for op in plan.prefix_ops:
+                if op.kind is PrefixOpKind.ADOPT:
+                    held.discard(op.source.request_id)
+                if op.kind is not PrefixOpKind.CACHE:
+                    held.add(op.dest.request_id)
+                    assert len(held) <= 4
+            held.update(row.request.request_id for row in plan.rows)
+            most.append(len(held))
+
+    scheduler.add(request(SYSTEM + [1] * 5, 3, agent="first"), loop.clock.now())
+    drain(loop, check)
+    for i, tokens in enumerate([SYSTEM + [2] * 5, [500] * 20, [600] * 20, [700] * 20]):
+        scheduler.add(request(tokens, 3, agent=f"b{i}"), loop.clock.now())
+    drain(loop, check)
+    assert max(most) <= 4
+    assert [op.kind for plan in engine.plans for op in plan.prefix_ops if op.kind is not PrefixOpKind.CACHE] == \
+        [PrefixOpKind.ADOPT]
+
+
 def test_the_cache_keeps_at_most_one_finished_sequence_per_lane_of_width():
     # Idle cached cells still cost attention in llama.cpp's unified KV: they stay within the width.
     scheduler, engine, loop, steps = make(cached=64, max_batch=3)
@@ -292,3 +329,20 @@ def test_the_cache_keeps_at_most_one_finished_sequence_per_lane_of_width():
     scheduler.add(request([900] * 12, 4, agent="late"), loop.clock.now())
     drain(loop)
     assert len(scheduler.prefix_cache) == 2
+
+
+def test_a_resent_conversation_counts_only_its_new_turn_when_prompts_are_ordered():
+    scheduler, engine, loop, steps = make(policy="continuous", max_batch=4, prefill_chunk=64)
+    first = request([400] * 200, 5, agent="resender")
+    scheduler.add(first, loop.clock.now())
+    drain(loop)
+    fresh = request([700] * 100, 5, agent="fresh")
+    scheduler.add(fresh, loop.clock.now())
+    again = request(first.token_ids + [401] * 10, 5, agent="resender")
+    scheduler.add(again, loop.clock.now())
+    loop.step()
+    # 215 tokens of which the cache holds 204: it has less left than the fresh 100 admitted before it.
+    assert again.num_cached_tokens == 204 and again.num_output_tokens == 1
+    assert fresh.num_computed_tokens == 64 - 11
+    drain(loop)
+    assert again.num_output_tokens == 5 and fresh.num_output_tokens == 5
