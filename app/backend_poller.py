@@ -32,6 +32,10 @@ HISTORY = 900
 # vLLM exports no max sequences; its engine default (--max-num-seqs) stands in until `slots` is set.
 VLLM_DEFAULT_SLOTS = 256
 UNKNOWN_SLOTS = 1
+# A request sent this recently may still wait for the backend's next step boundary (a prefill step on
+# a CPU can take most of a second): its queue counts that request, which does not mean it holds
+# requests back.
+TRANSIT_S = 1.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,6 +66,12 @@ class Backend:
         self.props_time = -math.inf
         self.inflight = 0
         self.finished_since_sample = 0
+        self.sent_times: deque[float] = deque()
+        # From the last sample: requests it runs or queues that the gateway did not send (another
+        # client), and queued requests it holds back that are not ours in transit (its KV is spent, or
+        # it has fewer slots than we think).
+        self.others = 0.0
+        self.held_back = 0.0
         self.failures = 0
         self.retry_at = 0.0
         self.tok_s: float | None = None
@@ -97,14 +107,19 @@ class Backend:
         return self.up is not False
 
     def full(self) -> bool:
-        """All slots busy, or the backend queues requests and none of ours has finished since it said so."""
-        if self.inflight >= self.slots:
+        """All slots busy (ours and other clients'), or the backend holds requests back and none of ours
+        has finished since it said so."""
+        if self.inflight + self.others >= self.slots:
             return True
-        return bool(self.sample and self.sample.waiting > 0 and self.finished_since_sample == 0)
+        return self.held_back > 0 and self.finished_since_sample == 0
 
     def load(self) -> float:
-        waiting = self.sample.waiting if self.sample and self.finished_since_sample == 0 else 0.0
-        return (self.inflight + waiting) / self.slots
+        return (self.inflight + self.others) / self.slots
+
+    def note_sent(self, now: float) -> None:
+        self.inflight += 1
+        self.requests += 1
+        self.sent_times.append(now)
 
     def mark_down(self, error: str, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -128,6 +143,10 @@ class Backend:
         self.kind = sample.kind
         self.sample, self.sample_time = sample, now
         self.finished_since_sample = 0
+        while self.sent_times and now - self.sent_times[0] > TRANSIT_S:
+            self.sent_times.popleft()
+        self.others = max(0.0, sample.running + sample.waiting - self.inflight)
+        self.held_back = max(0.0, sample.waiting - len(self.sent_times))
         dt = now - before
         if sample.tok_s is not None:
             self.tok_s = sample.tok_s

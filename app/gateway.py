@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import logging
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
@@ -129,8 +130,7 @@ class Gateway:
                 return
 
     def _admit(self, ticket: Ticket, backend: Backend) -> None:
-        backend.inflight += 1
-        backend.requests += 1
+        backend.note_sent(time.monotonic())
         self.agent_inflight[ticket.agent] += 1
         self.agent_requests[ticket.agent] += 1
         self.agent_backend[ticket.agent] = backend.label
@@ -183,7 +183,8 @@ class Gateway:
             "agent_moves": self.router.moves,
             "backends": [
                 {"name": b.label, "url": b.config.url, "kind": b.kind, "up": b.up, "error": b.error,
-                 "inflight": b.inflight, "slots": b.slots, "slots_source": b.slots_source,
+                 "inflight": b.inflight, "other_clients": b.others, "held_back": b.held_back,
+                 "slots": b.slots, "slots_source": b.slots_source,
                  "running": b.sample.running if b.sample else None,
                  "waiting": b.sample.waiting if b.sample else None,
                  "kv_usage": b.sample.kv_usage if b.sample else None,

@@ -4,10 +4,12 @@ limits from telemetry, affinity with its load override, and what a failed backen
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from app.backend_metrics import parse_metrics
+from app.backend_poller import TRANSIT_S
 from app.backends import BackendConfig
 from app.errors import APIError, ClientGone
 from app.gateway import Gateway
@@ -96,6 +98,53 @@ def test_priority_goes_first_whatever_the_policy():
         await low
 
     run(main())
+
+
+def _swarm_panel_sample(running: int, waiting: int, slots: int) -> str:
+    return (f"swarm_panel:num_requests_running {running}\nswarm_panel:num_requests_waiting {waiting}\n"
+            f"swarm_panel:max_batch {slots}\n")
+
+
+def test_our_request_waiting_for_the_backends_next_step_is_counted_once():
+    async def main():
+        gw = _gateway(n=2, slots=4)
+        home = gw.backends[0]
+        first, *team = [await gw.acquire(_req(agent, "team-x")) for agent in ("a", "a2", "a3")]
+        assert all(lease.backend is home for lease in (first, *team))
+        gw.release(first)
+        # It runs one of ours and has not yet admitted the other: its step is still running.
+        home.note_sample(parse_metrics(_swarm_panel_sample(1, 1, 4)), now=time.monotonic())
+        assert home.load() == 0.5 and not home.full()
+        again = await asyncio.wait_for(gw.acquire(_req("a", "team-x")), 1)
+        assert again.backend is home  # counted twice, 0.75 against an idle backend would move it
+
+    run(main())
+
+
+def test_a_backend_holding_our_requests_back_past_the_transit_time_is_full():
+    async def main():
+        gw = _gateway(n=1, slots=4)
+        backend = gw.backends[0]
+        first = await gw.acquire(_req("a"))
+        await gw.acquire(_req("b"))
+        backend.note_sample(parse_metrics(_swarm_panel_sample(1, 1, 4)), now=time.monotonic() + TRANSIT_S + 0.1)
+        assert backend.held_back == 1 and backend.full()  # e.g. its KV is spent
+        waiting = asyncio.create_task(gw.acquire(_req("c")))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        gw.release(first)
+        assert (await waiting).backend is backend
+
+    run(main())
+
+
+def test_other_clients_requests_on_a_backend_count_in_its_load():
+    gw = _gateway(n=1, slots=4)
+    backend = gw.backends[0]
+    backend.note_sample(parse_metrics(_swarm_panel_sample(3, 0, 4)), now=time.monotonic())
+    assert backend.others == 3 and backend.load() == 0.75 and not backend.full()
+    backend.note_sample(parse_metrics(_swarm_panel_sample(4, 2, 4)), now=time.monotonic())
+    assert backend.full()
 
 
 def test_affinity_keeps_an_agent_and_puts_new_agents_where_their_prompt_is():
