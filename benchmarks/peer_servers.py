@@ -118,6 +118,13 @@ def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> Sw
                        requests_per_agent=None if args.turns else args.requests, **(multi_turn if args.turns else {}))
 
 
+def server_state(url: str) -> str:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).text
+    except httpx.HTTPError as exc:
+        return f"nothing ({exc!r})"
+
+
 def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
     url = f"http://127.0.0.1:{port}"
     log = open(Path(args.logs) / f"{name}.log", "ab")
@@ -126,6 +133,9 @@ def run_round(name: str, command: list[str], port: int, args: argparse.Namespace
     try:
         wait_healthy(url, proc)
         report = asyncio.run(run_swarm(swarm_config(args, url, eog)))
+        if report.requests == 0:
+            # Seen once on this shared machine and not reproduced: say what the server was doing.
+            print(f"{name}: no request finished; /health said {server_state(url)}", file=sys.stderr)
         return report.as_dict()
     finally:
         os.killpg(proc.pid, signal.SIGINT)
