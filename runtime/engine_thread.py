@@ -52,6 +52,7 @@ class EngineSnapshot:
     waiting: int
     running: int
     kv_budget: int
+    time: float  # clock time it was taken: the engine thread publishes at least every IDLE_POLL_S
 
 
 OutputSink = Callable[[Sequence[tuple[Request, RequestOutput]]], None]
@@ -124,6 +125,12 @@ class EngineThread:
 
     def snapshot(self) -> EngineSnapshot:
         return self._snapshot
+
+    @property
+    def busy_s(self) -> float:
+        """How long the engine thread has been inside one step: far past a step's usual length (a few
+        seconds for a long prompt chunk on a CPU), the step is stuck in the engine."""
+        return max(0.0, self.clock.now() - self._snapshot.time)
 
     def lanes(self) -> tuple[LaneView, ...]:
         return self._snapshot.lanes
@@ -254,4 +261,4 @@ class EngineThread:
             )
         s = self.scheduler
         running = sum(view.state in ("prefill", "decode") for view in views)
-        return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget)
+        return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget, self.clock.now())

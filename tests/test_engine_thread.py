@@ -209,3 +209,30 @@ def test_one_snapshot_per_step_and_one_sink_call_with_every_output_of_the_step(e
     with pytest.raises(AttributeError):
         snapshot.waiting = 3
     assert isinstance(snapshot.lanes, tuple) and snapshot.step >= 20
+
+
+def test_busy_time_grows_while_a_step_is_stuck_in_the_engine():
+    release = threading.Event()
+
+    class Stuck(ModeledEngine):
+        def step(self, plan):
+            if plan.rows:
+                release.wait(10)
+            return super().step(plan)
+
+    thread = EngineThread(Stuck(FAST_CARD, realtime=True), SchedulerConfig())
+    thread.start()
+    try:
+        threading.Event().wait(0.3)
+        assert thread.busy_s < 0.25  # idle: the thread comes up for air every IDLE_POLL_S
+        done, out = threading.Event(), []
+        thread.submit(_collecting(Request([1] * 4, SamplingParams(max_tokens=3)), done, out))
+        threading.Event().wait(0.6)
+        assert thread.busy_s >= 0.5
+        release.set()
+        assert done.wait(5)
+        threading.Event().wait(0.05)
+        assert thread.busy_s < 0.25 and thread.snapshot().step >= 3
+    finally:
+        release.set()
+        thread.stop()

@@ -114,6 +114,7 @@ def test_models_and_health(client, server):
         client.models.retrieve("gpt-9")
     health = httpx.get(f"{server.url}/health").json()
     assert health["status"] == "ok" and health["model"] == RX_9070_XT_QWEN35_9B.model
+    assert health["steps"] >= 0 and 0 <= health["engine_busy_s"] < 5
 
 
 def test_agent_identity_from_user_then_header_then_anonymous(server):
