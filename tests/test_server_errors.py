@@ -188,6 +188,8 @@ def test_a_full_queue_is_a_503_with_retry_after():
             with a.stream("POST", url, json=long) as first:
                 first_lines = first.iter_lines()  # dropping the iterator would close the connection
                 next(first_lines)
+                # Its first line can leave before the engine thread takes it off the queue.
+                wait_until(lambda: service.engine_thread.num_waiting == 0, what="the first request admitted")
                 with b.stream("POST", url, json=long) as second:
                     assert second.status_code == 200
                     wait_until(lambda: service.engine_thread.num_waiting == 1, what="a waiting request")
