@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 
 import httpx
@@ -285,3 +286,25 @@ def test_the_engine_panel_loads_a_gguf_with_split_kv_and_shows_it(qtbot, no_user
     finally:
         win.close()
         service.stop()
+
+
+def test_the_ceiling_keeps_the_last_fit_when_noise_tips_it_over_to_falling(window, qtbot, monkeypatch):
+    from runtime.fit import StepLine
+
+    swarm = start_load(window)
+    try:
+        qtbot.waitUntil(lambda: window.service.metrics.snapshot().steps > 0, timeout=5000)
+    finally:
+        swarm.stop()
+    real = window.service.metrics.snapshot
+    fitted = dataclasses.replace(real(), step_line=StepLine(floor_ms=10.0, per_row_ms=1.0, points=40))
+    monkeypatch.setattr(window.service.metrics, "snapshot", lambda: fitted)
+    window._refresh_slow(window.service.engine_thread)
+    window.feed.tick()
+    assert window.feed.latest("ceiling") == pytest.approx(8 / 18.0 * 1e3)
+    no_fit = dataclasses.replace(fitted, step_line=None)
+    monkeypatch.setattr(window.service.metrics, "snapshot", lambda: no_fit)
+    window._refresh_slow(window.service.engine_thread)
+    window.feed.tick()
+    assert window.feed.latest("ceiling") == pytest.approx(8 / 18.0 * 1e3)
+    assert "ceiling at B=8: 444 tok/s" in window.status.ceiling.text()

@@ -92,6 +92,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._fleet_shown = False
         self._knobs_note = ""
         self._ticks = 0
+        self._step_line: StepLine | None = None
         self.refresh_seconds: list[float] = []
 
         self.controls = SchedulerControls(self.apply_scheduler)
@@ -253,7 +254,9 @@ class MainWindow(QtWidgets.QMainWindow):
             self._refresh_fleet_slow()
             return
         snapshot = self.service.metrics.snapshot()
-        line = snapshot.step_line
+        # Where t(B) is nearly flat over the widths a swarm holds (6-8 lanes on a CPU), noise can tip the
+        # fit over to falling, which is no fit; the ceiling keeps the last line instead of flickering out.
+        line = self._step_line = snapshot.step_line or self._step_line
         profile = getattr(self.service.engine, "profile", None) if self.service.loaded else None
         if line is not None:
             self.feed.ceiling_per_batch = line.ceiling_tok_s
@@ -368,6 +371,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.engine_loaded.emit(error)
 
     def _engine_ready(self) -> None:
+        self._step_line = None
         facts = self.service.describe()
         self.engine_panel.show_facts(facts)
         self.launcher.suit_engine(writes_real_text(facts))
