@@ -29,6 +29,23 @@ class StepLine:
 MIN_POINTS_PER_WIDTH = 3
 
 
+def width_medians(samples: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """The median step ms of each width (rows) seen at least MIN_POINTS_PER_WIDTH times."""
+    by_width: dict[int, list[float]] = {}
+    for rows, ms in samples:
+        by_width.setdefault(rows, []).append(ms)
+    return {w: median(v) for w, v in sorted(by_width.items()) if len(v) >= MIN_POINTS_PER_WIDTH}
+
+
+def ceiling_tok_s(batch: int, measured: dict[int, float], line: StepLine | None) -> float | None:
+    """B/t(B), with t(B) the steps measured at that very width where it ran often enough (a swarm
+    holds its full width nearly always), else the line's; None with neither."""
+    t = measured.get(batch)
+    if t is not None and t > 0:
+        return batch / t * 1e3
+    return line.ceiling_tok_s(batch) if line is not None else None
+
+
 def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     """Least squares over the per-width medians of (rows, step ms), so no width dominates by count.
 
@@ -36,21 +53,19 @@ def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     cannot get cheaper with more rows; a falling fit is noise from a width seen only in passing);
     returns None otherwise.
     """
-    by_width: dict[int, list[float]] = {}
-    for rows, ms in samples:
-        by_width.setdefault(rows, []).append(ms)
-    by_width = {w: v for w, v in by_width.items() if len(v) >= MIN_POINTS_PER_WIDTH}
-    if len(by_width) < 2:
+    samples = list(samples)
+    medians = width_medians(samples)
+    if len(medians) < 2:
         return None
-    xs = list(by_width)
-    ys = [median(by_width[x]) for x in xs]
+    xs = list(medians)
+    ys = [medians[x] for x in xs]
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     if b < 0:
         return None
-    return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(len(v) for v in by_width.values()))
+    return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(rows in medians for rows, _ in samples))
 
 
 def predicted_tok_s(policy: str, lengths_by_round: list[list[int]], line: StepLine) -> float:

@@ -13,7 +13,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from runtime.fit import StepLine, fit_step_line
+from runtime.fit import StepLine, fit_step_line, width_medians
 from runtime.stats import StepStats
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,8 @@ class MetricsSnapshot:
     e2e_p50: float | None = None
     e2e_p95: float | None = None
     step_line: StepLine | None = None
+    # Median decode-only step ms per width seen often enough: B/t(B) at the width that runs, unfitted.
+    step_ms_by_width: dict[int, float] = field(default_factory=dict)
     agents: list[AgentFigures] = field(default_factory=list)
 
     @property
@@ -229,6 +231,7 @@ class MetricsAggregator:
             itl_p50=itl[0], itl_p95=itl[1],
             e2e_p50=e2e[0], e2e_p95=e2e[1],
             step_line=fit_step_line(points),
+            step_ms_by_width=width_medians(points),
         )
         agents = {}
         for agent, (agent_ttft, agent_itl, _) in per_agent.items():

@@ -1,6 +1,8 @@
+import statistics
+
 import pytest
 
-from runtime.fit import fit_step_line
+from runtime.fit import StepLine, ceiling_tok_s, fit_step_line
 from runtime.metrics import MetricsAggregator, percentile
 from runtime.profiles import RX_9070_XT_QWEN35_9B as CARD
 from tests.helpers import Harness
@@ -51,6 +53,23 @@ def test_step_line_fit_recovers_the_cost_model():
     # A width seen once or twice in passing does not make a line, nor does one that falls.
     assert fit_step_line([(8, 30.0)] * 50 + [(1, 100.0)] * 2) is None
     assert fit_step_line([(8, 30.0)] * 5 + [(1, 100.0)] * 5) is None
+
+
+def test_the_ceiling_prefers_the_steps_measured_at_its_width():
+    h = Harness(policy="continuous", max_batch=4)
+    for n in (30, 30, 30, 30):
+        h.add(n)
+    h.run()
+    agg = MetricsAggregator(window_s=1e9)
+    for s in h.steps:
+        agg.observe(s)
+    snap = agg.snapshot()
+    full = [s.duration * 1e3 for s in h.steps if s.prefill_tokens == 0 and s.decode_rows + s.padding_lanes == 4]
+    assert len(full) >= 3 and snap.step_ms_by_width[4] == pytest.approx(statistics.median(full))
+    line = StepLine(floor_ms=10.0, per_row_ms=1.0, points=9)
+    assert ceiling_tok_s(4, snap.step_ms_by_width, line) == pytest.approx(4e3 / snap.step_ms_by_width[4])
+    assert ceiling_tok_s(2, {4: 5.0}, line) == pytest.approx(2e3 / 12.0)
+    assert ceiling_tok_s(2, {}, None) is None
 
 
 def test_percentile_nearest_rank():

@@ -288,23 +288,27 @@ def test_the_engine_panel_loads_a_gguf_with_split_kv_and_shows_it(qtbot, no_user
         service.stop()
 
 
-def test_the_ceiling_keeps_the_last_fit_when_noise_tips_it_over_to_falling(window, qtbot, monkeypatch):
+def test_the_ceiling_is_measured_at_the_running_width_else_the_last_fit(window, qtbot, monkeypatch):
     from runtime.fit import StepLine
 
     swarm = start_load(window)
     try:
-        qtbot.waitUntil(lambda: window.service.metrics.snapshot().steps > 0, timeout=5000)
+        qtbot.waitUntil(lambda: len(window.feed.steps.column("time")) > 0, timeout=5000)  # the panel has steps
     finally:
         swarm.stop()
-    real = window.service.metrics.snapshot
-    fitted = dataclasses.replace(real(), step_line=StepLine(floor_ms=10.0, per_row_ms=1.0, points=40))
-    monkeypatch.setattr(window.service.metrics, "snapshot", lambda: fitted)
-    window._refresh_slow(window.service.engine_thread)
-    window.feed.tick()
-    assert window.feed.latest("ceiling") == pytest.approx(8 / 18.0 * 1e3)
-    no_fit = dataclasses.replace(fitted, step_line=None)
-    monkeypatch.setattr(window.service.metrics, "snapshot", lambda: no_fit)
-    window._refresh_slow(window.service.engine_thread)
-    window.feed.tick()
-    assert window.feed.latest("ceiling") == pytest.approx(8 / 18.0 * 1e3)
+
+    def ceiling_with(**figures) -> float:
+        snapshot = dataclasses.replace(window.service.metrics.snapshot(), **figures)
+        monkeypatch.setattr(window.service.metrics, "snapshot", lambda: snapshot)
+        window._refresh_slow(window.service.engine_thread)
+        window.feed.tick()
+        return window.feed.latest("ceiling")
+
+    line = StepLine(floor_ms=10.0, per_row_ms=1.0, points=40)
+    # A swarm holds its full width: the steps measured there, not a line fitted through other widths.
+    assert ceiling_with(step_line=line, step_ms_by_width={7: 16.0, 8: 20.0}) == pytest.approx(400.0)
+    assert "(t(8) = 20.0 ms measured)" in window.status.ceiling.text()
+    assert ceiling_with(step_line=line, step_ms_by_width={4: 14.0}) == pytest.approx(8 / 18.0 * 1e3)
+    # Where t(B) is flat, noise can tip the fit over to falling (no fit): the last one stays.
+    assert ceiling_with(step_line=None, step_ms_by_width={}) == pytest.approx(8 / 18.0 * 1e3)
     assert "ceiling at B=8: 444 tok/s" in window.status.ceiling.text()

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from runtime.fit import ceiling_tok_s
 from runtime.metrics import MetricsSnapshot
 from ui.step_feed import TICK_COLUMNS, StepFeed
 
@@ -31,6 +32,8 @@ def snapshot_dict(snapshot: MetricsSnapshot) -> dict[str, Any]:
         "floor_ms": line.floor_ms, "per_row_ms": line.per_row_ms, "points": line.points,
         "ceiling_tok_s": line.ceiling_tok_s(snapshot.max_batch) if snapshot.max_batch else None,
     }
+    figures["ceiling_tok_s"] = (ceiling_tok_s(snapshot.max_batch, snapshot.step_ms_by_width, line)
+                                if snapshot.max_batch else None)
     figures["agents"] = [dataclasses.asdict(a) for a in snapshot.agents]
     return figures
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from functools import partial
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -12,7 +13,7 @@ from app.backends import format_backend
 from app.service import SwarmService
 from app.settings import scheduler_values
 from runtime.config import SchedulerConfig
-from runtime.fit import StepLine
+from runtime.fit import StepLine, ceiling_tok_s
 from ui import theme
 from ui.ab_run import ABRun
 from ui.agent_view import AgentView
@@ -258,13 +259,13 @@ class MainWindow(QtWidgets.QMainWindow):
         # fit over to falling, which is no fit; the ceiling keeps the last line instead of flickering out.
         line = self._step_line = snapshot.step_line or self._step_line
         profile = getattr(self.service.engine, "profile", None) if self.service.loaded else None
-        if line is not None:
-            self.feed.ceiling_per_batch = line.ceiling_tok_s
-        else:  # no fit yet (a naive batch runs at one width): the modeled card's own line
-            self.feed.ceiling_per_batch = profile.ceiling_tok_s if profile is not None else None
-        max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
         model_line = StepLine(profile.floor_ms, profile.per_row_ms, 0) if profile is not None else None
-        self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line)
+        measured = snapshot.step_ms_by_width
+        # No fit yet (a naive batch runs at one width): the modeled card's own line.
+        self.feed.ceiling_per_batch = partial(ceiling_tok_s, measured=measured, line=line or model_line)
+        max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
+        self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line,
+                                 measured.get(max_batch))
         self.cache_panel.update_from(snapshot)
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()

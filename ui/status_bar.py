@@ -19,14 +19,18 @@ class StatusBar(QtWidgets.QStatusBar):
         self.addPermanentWidget(self.address)
 
     def show_figures(self, line: StepLine | None, max_batch: int, step_rate: float, mean_step_ms: float,
-                     model_line: StepLine | None = None) -> None:
-        """model_line: the engine's own cost model, shown until decode steps at two widths allow a fit."""
+                     model_line: StepLine | None = None, measured_ms: float | None = None) -> None:
+        """model_line: the engine's own cost model, shown until decode steps at two widths allow a fit;
+        measured_ms: the median decode step at max_batch itself, which the ceiling prefers."""
         if line is not None:
             self.step_line.setText(f"fitted step line {line} ({line.points} steps)")
-            self.ceiling.setText(f"ceiling at B={max_batch}: {line.ceiling_tok_s(max_batch):.0f} tok/s")
         elif model_line is not None:
             self.step_line.setText(f"cost model {model_line} (fit needs decode steps at two widths)")
-            self.ceiling.setText(f"ceiling at B={max_batch}: {model_line.ceiling_tok_s(max_batch):.0f} tok/s")
+        if measured_ms:
+            self.ceiling.setText(f"ceiling at B={max_batch}: {max_batch / measured_ms * 1e3:.0f} tok/s "
+                                 f"(t({max_batch}) = {measured_ms:.1f} ms measured)")
+        elif line or model_line:
+            self.ceiling.setText(f"ceiling at B={max_batch}: {(line or model_line).ceiling_tok_s(max_batch):.0f} tok/s")
         self.rate.setText(f"engine: {step_rate:.1f} steps/s, {mean_step_ms:.1f} ms/step")
 
     def show_address(self, url: str | None) -> None:

@@ -55,7 +55,7 @@ class StepFeed:
         self._last_time = -math.inf
         self._last_step: tuple[str, int] | None = None
         self._last_config: SchedulerConfig | None = None
-        self.ceiling_per_batch = None  # callable B -> tok/s, set from the fitted step line
+        self.ceiling_per_batch = None  # callable B -> tok/s (or None), set from the measured steps and the fit
 
     def axis_time(self, monotonic: float) -> float:
         return monotonic - self.t0
@@ -165,7 +165,8 @@ class StepFeed:
             kv_used = 0.0
         if waiting is not None and n == 0:
             queue = float(waiting)
-        ceiling = self.ceiling_per_batch(int(max_batch)) if self.ceiling_per_batch and max_batch == max_batch else math.nan
+        ceiling = self.ceiling_per_batch(int(max_batch)) if self.ceiling_per_batch and max_batch == max_batch else None
+        ceiling = math.nan if ceiling is None else ceiling
         self.ticks.append((now, w["tok_s"], w["padding_tok_s"], ceiling, 100 * w["utilization"], 100 * w["occupancy"], live,
                            padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, max_batch,
                            100.0 * kv_cached / kv_cap if kv_cap else 0.0, kv_cached,
