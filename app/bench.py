@@ -266,7 +266,7 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
     medians = {width: statistics.median(ms) for width, ms in durations.items()}
     means = {width: statistics.fmean(ms) for width, ms in durations.items()}
     points = [(width, ms) for width, values in durations.items() for ms in values]
-    return Sweep(fit_step_line(points), medians, prompt + steps // 2, means)
+    return Sweep(fit_step_line(points, flat_when_falling=True), medians, prompt + steps // 2, means)
 
 
 def _prefill_steps(width: int, prompt: int, chunk: int) -> int:

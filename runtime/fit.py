@@ -46,12 +46,14 @@ def ceiling_tok_s(batch: int, measured: dict[int, float], line: StepLine | None)
     return line.ceiling_tok_s(batch) if line is not None else None
 
 
-def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
+def fit_step_line(samples: Iterable[tuple[int, float]], *, flat_when_falling: bool = False) -> StepLine | None:
     """Least squares over the per-width medians of (rows, step ms), so no width dominates by count.
 
     Needs at least two widths seen a few times each, and a line that rises with the width (a step
-    cannot get cheaper with more rows; a falling fit is noise from a width seen only in passing);
-    returns None otherwise.
+    cannot get cheaper with more rows). A falling fit from steps that merely happened is noise from
+    a width seen only in passing: None. A deliberate sweep (flat_when_falling) measured every width
+    at length, so a fall there means t(B) is flat within noise, and the least-squares line with a
+    slope of at least 0 is the flat one through the mean.
     """
     samples = list(samples)
     medians = width_medians(samples)
@@ -64,7 +66,9 @@ def fit_step_line(samples: Iterable[tuple[int, float]]) -> StepLine | None:
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     if b < 0:
-        return None
+        if not flat_when_falling:
+            return None
+        b = 0.0
     return StepLine(floor_ms=my - b * mx, per_row_ms=b, points=sum(rows in medians for rows, _ in samples))
 
 

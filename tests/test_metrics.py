@@ -53,6 +53,9 @@ def test_step_line_fit_recovers_the_cost_model():
     # A width seen once or twice in passing does not make a line, nor does one that falls.
     assert fit_step_line([(8, 30.0)] * 50 + [(1, 100.0)] * 2) is None
     assert fit_step_line([(8, 30.0)] * 5 + [(1, 100.0)] * 5) is None
+    # A sweep that measured each width at length reads a fall as flat within noise.
+    flat = fit_step_line([(1, 10.2)] * 5 + [(2, 9.8)] * 5, flat_when_falling=True)
+    assert flat.per_row_ms == 0 and flat.floor_ms == pytest.approx(10.0)
 
 
 def test_the_ceiling_prefers_the_steps_measured_at_its_width():
