@@ -111,7 +111,8 @@ class SwarmCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         service, server = self.service, self.server
-        model = _model_name(service)
+        facts = _facts(service)
+        model = str(facts.get("name") or facts.get("engine") or "")
         labels = {"model_name": model}
         names = list(labels)
         values = list(labels.values())
@@ -171,6 +172,11 @@ class SwarmCollector(Collector):
                     snap.tok_s)
         yield gauge("mean_step_seconds", "Mean step duration, over the last few seconds", snap.mean_step_ms / 1e3)
         yield counter("steps", "Engine steps since the engine was loaded", snap.steps)
+        if facts.get("n_threads"):
+            yield gauge("cpu_threads", "llama.cpp's CPU threads now", facts["n_threads"])
+        if facts.get("other_processes_cpu_cores") is not None:
+            yield gauge("other_processes_cpu_cores", "Cores other processes used on this engine's CPUs, "
+                        "which its threads leave them", facts["other_processes_cpu_cores"])
         yield gauge("max_batch", "Most lanes the scheduler may fill", config.max_batch)
         yield gauge("prefill_chunk", "Prompt tokens a step may carry beside its decodes", config.prefill_chunk)
         policy = GaugeMetricFamily(PREFIX + "scheduler_policy", "The batching policy in force (1) and the others (0)",
@@ -221,12 +227,11 @@ def _thread_of(service: SwarmService):
         return None
 
 
-def _model_name(service: SwarmService) -> str:
+def _facts(service: SwarmService) -> dict:
     try:
-        facts = service.describe()
+        return service.describe()
     except Exception:  # noqa: BLE001 - a scrape must not fail on a half-loaded engine
-        return ""
-    return str(facts.get("name") or facts.get("engine") or "")
+        return {}
 
 
 def build_registry(service: SwarmService, server_metrics: ServerMetrics) -> CollectorRegistry:

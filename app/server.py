@@ -192,7 +192,8 @@ def create_app(service: SwarmService) -> FastAPI:
         return JSONResponse(
             {"status": status, "model": server.facts(engine).model_id, "engine": engine.name,
              "running": thread.num_running, "waiting": thread.num_waiting, "engine_errors": thread.error_count,
-             "steps": thread.snapshot().step, "engine_busy_s": round(thread.busy_s, 3)},
+             "steps": thread.snapshot().step, "engine_busy_s": round(thread.busy_s, 3),
+             "threads": engine.describe().get("n_threads")},
             status_code=200 if thread.alive else 503,
         )
 

@@ -64,8 +64,8 @@ class Settings(BaseSettings):
     kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     threads: int | None = Field(
         None, ge=1, le=1024, description="CPU threads for llama.cpp; none means every core on a CPU-only run "
-        "(every core but one in the desktop panel, whose painting would stall llama.cpp's barriers), "
-        "llama.cpp's own default with GPU offload")
+        "(every core but one in the desktop panel, whose painting would stall llama.cpp's barriers), less "
+        "the cores other processes are using at the time, and llama.cpp's own default with GPU offload")
     checkpoint_budget_mb: int = Field(
         1024, ge=0, le=1 << 20, description="Memory for recurrent-state checkpoints of hybrid models (Qwen3.5), "
         "which let a resent conversation resume instead of recomputing; 0 turns prefix reuse off for them")

@@ -16,6 +16,9 @@ CPU swarm-panel serves its F16 copy of that model by default, so every server ge
 --checkout DIR adds swarm-panel served from another checkout (a worktree of an older commit, say) to
 the rotation, so a change is measured against what came before it in the same alternating rounds.
 
+--busy-cores N runs N processes that each keep a core busy during every round, each in a session of
+its own like any other program on the desktop: how each server copes with a neighbour on its CPUs.
+
 --peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default turns
 it off on a CPU, so that column separates what the kernel choice is worth from the rest.
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -125,7 +129,24 @@ def server_state(url: str) -> str:
         return f"nothing ({exc!r})"
 
 
+@contextlib.contextmanager
+def busy_cores(count: int):
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def run_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
+    with busy_cores(args.busy_cores):
+        return _serve_round(name, command, port, args, eog)
+
+
+def _serve_round(name: str, command: list[str], port: int, args: argparse.Namespace, eog: tuple[int, ...]) -> dict:
     url = f"http://127.0.0.1:{port}"
     log = open(Path(args.logs) / f"{name}.log", "ab")
     cwd = next((c for c in args.checkout if name == f"swarm-panel@{c.name}"), None)
@@ -187,6 +208,8 @@ def main() -> int:
     parser.add_argument("--n-ctx", type=int, default=32768)
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for every server (default: each server's own default)")
+    parser.add_argument("--busy-cores", type=int, default=0,
+                        help="processes that each keep a core busy during every round (a neighbour on the CPU)")
     parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
     parser.add_argument("--ours-arg", action="append", default=[],
                         help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
@@ -228,7 +251,8 @@ def main() -> int:
         shape = f"lengths {list(args.lengths)}, agent 1's prompts ~{args.long_prompt_tokens} tokens, {args.seconds:.0f} s"
     else:
         shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
-    print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}")
+    beside = f", beside {args.busy_cores} busy core(s)" if args.busy_cores else ""
+    print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}{beside}")
     for name, runs in results.items():
         tok_s = summary[name]
         ratio = f"  swarm-panel / this = {base / tok_s:.2f}x" if base and name != "swarm-panel" and tok_s else ""

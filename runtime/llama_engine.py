@@ -49,6 +49,7 @@ from runtime.engine import (
     StepResult,
 )
 from runtime.checkpoints import CheckpointStore
+from runtime.cpu_contention import thread_governor
 from runtime.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
 from runtime.greedy_sampler import GreedySampler
 from runtime.llama_batch import TokenBatch
@@ -184,6 +185,8 @@ class LlamaEngine:
         if n_batch < 1 or n_ctx < 1:
             raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
         self.n_threads = n_threads or default_threads(n_gpu_layers, leave_a_core)
+        # With no count asked for, a CPU run's threads follow the cores other processes leave free.
+        self._governor = thread_governor(self.n_threads) if n_threads is None and on_cpu(n_gpu_layers) else None
         self.kv_type, self.n_gpu_layers = kv_type, n_gpu_layers
         self.flash_attn = resolve_flash_attn(flash_attn, n_gpu_layers, kv_type)
         # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
@@ -228,6 +231,8 @@ class LlamaEngine:
             self._formatters: dict[bool, Jinja2ChatFormatter] = {}
             self._facts = self._read_facts()
             self.name: str = self._facts["name"]
+            if self._governor is not None:
+                self._governor.start(time.monotonic())
         except BaseException:
             self.close()
             raise
@@ -299,6 +304,10 @@ class LlamaEngine:
                   "parked_sequences": len(self._parked), "parked_bytes": self._parked.num_bytes,
                   "park_budget_bytes": self._parked.budget_bytes if self.parks_cached else 0}
         fit = self.call_cost.coefficients
+        governor = self._governor
+        memory.update(n_threads=self.n_threads, threads_follow_contention=governor is not None,
+                      threads_most=self.n_threads if governor is None else governor.most,
+                      other_processes_cpu_cores=None if governor is None else round(governor.others_cores, 2))
         memory.update(split_steps=self.split_steps,
                       decode_call_fit=None if fit is None else {"ubatch_ms": round(fit.ubatch_ms, 3),
                                                                 "row_ms": round(fit.row_ms, 3),
@@ -311,6 +320,8 @@ class LlamaEngine:
     def step(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()
         self._require_open()
+        if self._governor is not None:
+            self._follow_contention()
         for request in plan.release:
             self._release(request)
         errors: dict[int, str] = {}
@@ -334,6 +345,12 @@ class LlamaEngine:
             self._take_back(done, samples)
             raise
         return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors, refused=refused)
+
+    def _follow_contention(self) -> None:
+        threads = self._governor.poll(time.monotonic())
+        if threads is not None:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.n_threads = threads
 
     def close(self) -> None:
         for lane in self._lanes.values():

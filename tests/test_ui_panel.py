@@ -312,3 +312,13 @@ def test_the_ceiling_is_measured_at_the_running_width_else_the_last_fit(window, 
     # Where t(B) is flat, noise can tip the fit over to falling (no fit): the last one stays.
     assert ceiling_with(step_line=None, step_ms_by_width={}) == pytest.approx(8 / 18.0 * 1e3)
     assert "ceiling at B=8: 444 tok/s" in window.status.ceiling.text()
+
+
+def test_the_status_bar_says_when_a_neighbour_took_llama_cpp_threads(window, monkeypatch):
+    facts = window.service.describe()
+    window._refresh_slow(window.service.engine_thread)
+    assert "threads" not in window.status.rate.text()
+    monkeypatch.setattr(window.service, "describe", lambda: dict(facts, n_threads=1, threads_most=2,
+                                                                 other_processes_cpu_cores=1.0))
+    window._refresh_slow(window.service.engine_thread)
+    assert window.status.rate.text().endswith("; llama.cpp on 1 of 2 threads: other processes use 1.0 cores")

@@ -13,6 +13,7 @@ from app.backends import format_backend
 from app.service import SwarmService
 from app.settings import scheduler_values
 from runtime.config import SchedulerConfig
+from runtime.cpu_contention import threads_note
 from runtime.fit import StepLine, ceiling_tok_s
 from ui import theme
 from ui.ab_run import ABRun
@@ -265,7 +266,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.feed.ceiling_per_batch = partial(ceiling_tok_s, measured=measured, line=line or model_line)
         max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
         self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line,
-                                 measured.get(max_batch))
+                                 measured.get(max_batch),
+                                 threads_note(self.service.describe()) if self.service.loaded else "")
         self.cache_panel.update_from(snapshot)
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()
