@@ -20,7 +20,7 @@ from app.backends import BackendConfig, unique_labels
 from app.errors import APIError, overloaded
 from app.gateway_policy import ADMISSION_POLICIES, AdmissionPolicy, make_admission_policy
 from app.gateway_request import Inbound
-from app.gateway_router import ROUTERS, AffinityRouter, RoundRobinRouter, RouteKey, make_router
+from app.gateway_router import ROUTERS, AffinityRouter, ResponseHomes, RoundRobinRouter, RouteKey, make_router
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class Ticket:
     agent: str
     key: RouteKey
     future: asyncio.Future[Backend] = field(repr=False)
+    pinned: str | None = None  # the backend holding the stored response this request continues
 
 
 @dataclass(slots=True)
@@ -53,6 +54,7 @@ class Gateway:
         self.backends = [Backend(c) for c in unique_labels(list(backends))]
         self.policy: AdmissionPolicy = make_admission_policy(policy)
         self.router: AffinityRouter | RoundRobinRouter = make_router(routing)
+        self.response_homes = ResponseHomes()
         self.max_waiting = max_waiting
         self.queues: dict[str, deque[Ticket]] = defaultdict(deque)
         self.agent_inflight: Counter[str] = Counter()
@@ -94,7 +96,8 @@ class Gateway:
         # A retried request keeps its place in line: it was admitted once already.
         ticket = Ticket(seq=retry_of.seq if retry_of else next(self._seq), priority=inbound.priority,
                         agent=inbound.agent, key=RouteKey(inbound.agent, inbound.prefix),
-                        future=loop.create_future())
+                        future=loop.create_future(),
+                        pinned=self.response_homes.home(inbound.follows) if inbound.follows else None)
         queue = self.queues[inbound.agent]
         queue.appendleft(ticket) if retry_of else queue.append(ticket)
         self.dispatch()
@@ -117,7 +120,7 @@ class Gateway:
         while True:
             for agent in self.policy.order(self.queues, self.agent_inflight):
                 ticket = self.queues[agent][0]
-                backend = self.router.choose(ticket.key, self.backends)
+                backend = self._pinned(ticket) or self.router.choose(ticket.key, self.backends)
                 if backend is None:
                     self._fail_queued(self.no_backend_error())
                     return
@@ -128,6 +131,11 @@ class Gateway:
                 break  # admitting changed the loads and the fair-share order: look again
             else:
                 return
+
+    def _pinned(self, ticket: Ticket) -> Backend | None:
+        """The backend holding the response the ticket continues; while it is down the router chooses, and
+        the backend chosen answers that it holds no such response."""
+        return next((b for b in self.backends if b.label == ticket.pinned and b.available), None)
 
     def _admit(self, ticket: Ticket, backend: Backend) -> None:
         backend.note_sent(time.monotonic())

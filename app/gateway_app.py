@@ -4,8 +4,10 @@ So whatever the backends speak (/v1/chat/completions, /v1/completions, /v1/respo
 works through it. Streams are relayed as they arrive; a client's hang-up closes the upstream request,
 which the backend sees as its own client leaving. A backend failing before it answered is retried
 on another; failing mid-answer ends that one response with an error event (or a 502) and nothing else.
-Also served: /health, /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler
-(gateway policy and routing), GET /v1/models (the first backend that is up).
+A Responses API request naming a stored response goes to the backend that answered it, and GET and
+DELETE of /v1/responses/{id} (and its input_items) are forwarded there too. Also served: /health,
+/metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler (gateway policy and
+routing), GET /v1/models (the first backend that is up).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from app.errors import (
 )
 from app.gateway import Gateway, Lease
 from app.gateway_prom import build_gateway_registry
-from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage
+from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
 from app.prom import CONTENT_TYPE, render
 from app.settings import Settings
 from app.streaming import EventStreamResponse, unless_hung_up
@@ -114,19 +116,28 @@ class Forwarder:
             self.gateway.release(lease)
         if upstream.status_code == 200:
             try:
-                counts = prompt_usage(json.loads(body))
+                payload = json.loads(body)
             except ValueError:
-                counts = None
+                payload = None
+            counts = prompt_usage(payload)
             if counts is not None:
                 backend.note_response(*counts)
+            stored = response_id(payload)
+            if stored is not None:
+                self.gateway.response_homes.note(stored, backend.label)
         return Response(body, status_code=upstream.status_code, media_type=content_type, headers=relay_headers)
 
     async def _stream(self, path: str, lease: Lease, upstream: httpx.Response) -> AsyncIterator[bytes]:
         tap = UsageTap()
         backend = lease.backend
+        noted = False
         try:
             async for chunk in upstream.aiter_raw():
                 tap.feed(chunk)
+                if not noted and tap.response_id is not None:
+                    # Noted at response.created, so a follow-up sent the moment the stream ends finds it.
+                    self.gateway.response_homes.note(tap.response_id, backend.label)
+                    noted = True
                 yield chunk
         except httpx.HTTPError as exc:
             log.warning("backend %s failed mid-stream: %s", backend.label, exc)
@@ -138,6 +149,24 @@ class Forwarder:
             await upstream.aclose()
             if tap.found is not None:
                 backend.note_response(*tap.found)
+
+
+    async def stored_response(self, request: Request, stored_id: str) -> Response:
+        """GET or DELETE of a stored response: from the backend that answered it, else the first that has it."""
+        home = self.gateway.response_homes.home(stored_id)
+        holders = [b for b in self.gateway.backends if b.available and home in (None, b.label)]
+        for backend in holders:
+            try:
+                answer = await unless_hung_up(request.receive, self.client.request(
+                    request.method, f"{backend.config.url}{request.url.path}", params=request.query_params,
+                    headers=backend.headers, timeout=CONNECT_TIMEOUT_S))
+            except httpx.HTTPError as exc:
+                log.warning("backend %s failed to answer for response %s: %s", backend.label, stored_id, exc)
+                continue
+            if answer.status_code != 404:
+                return Response(answer.content, status_code=answer.status_code, headers={"x-swarm-backend": backend.label},
+                                media_type=answer.headers.get("content-type", "application/json"))
+        raise APIError(404, f"no backend holds response {stored_id!r}", code="response_not_found")
 
 
 def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Settings]) -> FastAPI:
@@ -190,6 +219,17 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
             return Response(answer.content, status_code=answer.status_code,
                             media_type=answer.headers.get("content-type", "application/json"))
         raise gateway.no_backend_error()
+
+    @v1.api_route("/responses/{stored_id}", methods=["GET", "DELETE"])
+    async def stored_response(stored_id: str, request: Request):
+        try:
+            return await forwarder.stored_response(request, stored_id)
+        except ClientGone:
+            return Response(status_code=499)
+
+    @v1.get("/responses/{stored_id}/input_items")
+    async def stored_input_items(stored_id: str, request: Request):
+        return await stored_response(stored_id, request)
 
     @v1.post("/{path:path}")
     async def forward(path: str, request: Request):

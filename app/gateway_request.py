@@ -2,8 +2,9 @@
 
 Read: the agent (the `user` field, Anthropic's `metadata.user_id`, or an X-Agent-Name header), a hash
 of the system prompt (chat `system`/`developer` messages, Anthropic's `system`, the Responses API's
-`instructions`), `stream` and vLLM's `priority`. Relayed back: prompt and cached token counts, from
-`usage` (OpenAI, Responses, Anthropic shapes) or llama-server's `timings.cache_n`.
+`instructions`), `stream`, vLLM's `priority` and the Responses API's `previous_response_id`. Relayed
+back: prompt and cached token counts, from `usage` (OpenAI, Responses, Anthropic shapes) or
+llama-server's `timings.cache_n`, and a Responses API response's id.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Inbound:
     prefix: str
     stream: bool
     priority: int
+    follows: str | None  # previous_response_id: only the backend that stored that response can continue it
 
 
 def inspect(raw: bytes, agent_header: str | None) -> Inbound:
@@ -43,8 +45,10 @@ def inspect(raw: bytes, agent_header: str | None) -> Inbound:
     metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     agent = next((v for v in (body.get("user"), metadata.get("user_id"), agent_header)
                   if isinstance(v, str) and v.strip()), "anonymous")
+    follows = body.get("previous_response_id")
     return Inbound(body=body, raw=raw, agent=agent.strip()[:MAX_AGENT_CHARS], prefix=_prefix_hash(body),
-                   stream=body.get("stream") is True, priority=priority)
+                   stream=body.get("stream") is True, priority=priority,
+                   follows=follows if isinstance(follows, str) and follows else None)
 
 
 def forwarded_body(inbound: Inbound, kind: str) -> bytes:
@@ -113,17 +117,33 @@ def prompt_usage(payload: Any) -> tuple[int, int] | None:
     return None
 
 
+def response_id(payload: Any) -> str | None:
+    """The id of a Responses API response, from its body or its response.created event."""
+    if isinstance(payload, dict) and payload.get("type") == "response.created":
+        payload = payload.get("response")
+    if isinstance(payload, dict) and payload.get("object") == "response" and isinstance(payload.get("id"), str):
+        return payload["id"]
+    return None
+
+
 class UsageTap:
-    """Watches relayed SSE bytes for the event that carries usage, without holding the stream back."""
+    """Watches relayed SSE bytes for the events that carry usage and a response's id, without holding
+    the stream back."""
 
     def __init__(self) -> None:
         self._tail = b""
         self.found: tuple[int, int] | None = None
+        self.response_id: str | None = None
 
     def feed(self, chunk: bytes) -> None:
         lines = (self._tail + chunk).split(b"\n")
         self._tail = lines.pop()
         for line in lines:
+            if self.response_id is None and line.startswith(b"data:") and b'"response.created"' in line:
+                try:
+                    self.response_id = response_id(json.loads(line[5:]))
+                except ValueError:
+                    pass
             if line.startswith(b"data:") and (b'"usage"' in line or b'"timings"' in line):
                 try:
                     found = prompt_usage(json.loads(line[5:]))

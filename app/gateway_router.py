@@ -4,12 +4,14 @@ Cache-aware routing wins only where the KV of a request's prefix already is: an 
 resends its whole conversation, which only the backend that ran its last turn holds. So an agent
 stays on its backend, a new agent goes where its system prompt is already cached, and either moves
 only when that backend is much busier (by OVERRIDE_LOAD of its slots) than the least loaded one.
+A request naming a stored response (`previous_response_id`) goes where that response is, whatever
+the routing and the loads: no other backend can continue it (ResponseHomes).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from app.backend_poller import Backend
@@ -17,6 +19,8 @@ from app.backend_poller import Backend
 log = logging.getLogger(__name__)
 
 OVERRIDE_LOAD = 0.5
+# Ids are about 40 bytes: this many cost a few MB, and outnumber what backends' stores keep.
+MAX_RESPONSE_HOMES = 100_000
 
 
 @dataclass(slots=True, frozen=True)
@@ -99,6 +103,23 @@ class RoundRobinRouter:
 
     def agents_on(self, label: str) -> int:
         return len({k.agent for k, v in self.homes.items() if v == label})
+
+
+class ResponseHomes:
+    """The backend that answered each Responses API response the gateway relayed; the oldest go past a count."""
+
+    def __init__(self, limit: int = MAX_RESPONSE_HOMES) -> None:
+        self.limit = limit
+        self._homes: OrderedDict[str, str] = OrderedDict()
+
+    def note(self, response_id: str, label: str) -> None:
+        self._homes[response_id] = label
+        self._homes.move_to_end(response_id)
+        while len(self._homes) > self.limit:
+            self._homes.popitem(last=False)
+
+    def home(self, response_id: str) -> str | None:
+        return self._homes.get(response_id)
 
 
 ROUTERS = {r.name: r for r in (AffinityRouter, RoundRobinRouter)}

@@ -1,18 +1,19 @@
-"""POST /v1/responses: OpenAI's Responses API as agents use it (Codex, the Agents SDK), stateless.
+"""/v1/responses: OpenAI's Responses API as agents use it (Codex, the Agents SDK).
 
-The request becomes a ChatCompletionRequest (instructions and input items as messages, function
+A request becomes a ChatCompletionRequest (instructions and input items as messages, function
 tools, tool_choice, text.format as response_format) and runs the chat path; the reply's reasoning,
-text and calls become output items. Nothing is stored: previous_response_id and item references get
-a 400 saying so, and clients resend the conversation as input items, as they do with store=false.
+text and calls become output items. Responses are stored (app.response_store) unless the request
+says `store: false`, so a client may send only its new input with `previous_response_id`, or resend
+the whole conversation as input items, as it must with `store: false`. Item references and the
+Conversations API are not offered: they get a 400 saying so.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -20,6 +21,7 @@ from app.api_models import ChatCompletionRequest
 from app.chat_run import ChatRun, Choice
 from app.errors import APIError, bad_request, read_json
 from app.reply import ReplyPiece
+from app.response_store import StoredResponse, listed_items, new_id, reply_messages
 from app.responses_models import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,
@@ -61,12 +63,11 @@ def _text_of(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def to_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+def input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's own input items as chat messages (its instructions apart)."""
     messages: list[dict[str, Any]] = []
-    if body.instructions:
-        messages.append({"role": "system", "content": body.instructions})
     if isinstance(body.input, str):
-        return messages + [{"role": "user", "content": body.input}]
+        return [{"role": "user", "content": body.input}]
     for i, item in enumerate(body.input):
         param = f"input.{i}"
         kind = item.get("type", "message")
@@ -91,17 +92,20 @@ def to_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _text_of(item.get("output"), f"{param}.output")})
         elif kind == "reasoning":
-            continue  # a stateless server does not replay earlier thinking
+            continue  # chat templates drop earlier turns' thinking, so it is not replayed
         elif kind == "item_reference":
-            raise bad_request("item references need stored responses, which this server does not keep", param=param)
+            raise bad_request("item references are not supported: name the response with previous_response_id, "
+                              "or resend the items", param=param)
         else:
             raise bad_request(f"input items of type {kind!r} are not supported", param=f"{param}.type")
-    if not messages:
-        raise bad_request("input holds no messages", param="input")
     return messages
 
 
-def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
+def to_chat(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCompletionRequest:
+    """`history` is the stored conversation that `previous_response_id` names, else empty."""
+    turns = history + input_messages(body)
+    if not turns:
+        raise bad_request("input holds no messages", param="input")
     tools = []
     for i, tool in enumerate(body.tools or []):
         if tool.get("type") != "function":
@@ -121,18 +125,15 @@ def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
             if fmt.schema_ is None:
                 raise bad_request("text.format json_schema needs schema", param="text.format.schema")
             response_format["json_schema"] = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     chat = {
-        "messages": to_messages(body), "tools": tools or None, "tool_choice": choice,
+        "messages": system + turns, "tools": tools or None, "tool_choice": choice,
         "parallel_tool_calls": body.parallel_tool_calls, "max_completion_tokens": body.max_output_tokens,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "top_p": 1.0 if body.top_p is None else body.top_p, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "user": body.user, "response_format": response_format,
     }
     return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 class ResponseWriter:
@@ -161,7 +162,7 @@ class ResponseWriter:
             if piece.kind == "call":
                 events += self._close()
                 call = piece.call
-                item = FunctionCallItem(id=_id("fc"), call_id=call.id, name=call.name)
+                item = FunctionCallItem(id=new_id("fc"), call_id=call.id, name=call.name)
                 events += self._added(item)
                 index = len(self.items) - 1
                 events.append(self._event(FunctionCallArgumentsDelta, item_id=item.id, output_index=index,
@@ -200,7 +201,7 @@ class ResponseWriter:
                             item=shown or item)]
 
     def _open_item(self, kind: type[TextItem]) -> list[bytes]:
-        item = kind(id=_id("rs" if kind is ReasoningItem else "msg"))
+        item = kind(id=new_id("rs" if kind is ReasoningItem else "msg"))
         self._open = item
         events = self._added(item, item.model_copy(update={"content": []}))
         if isinstance(item, MessageItem):
@@ -241,6 +242,14 @@ def _ending(finish_reason: str | None, error: str | None) -> tuple[ResponseStatu
     return "completed", {}
 
 
+def _stored(server: ServerCore, response_id: str) -> StoredResponse:
+    stored = server.responses.get(response_id)
+    if stored is None:
+        raise APIError(404, f"no stored response {response_id!r}: it was created with store: false, deleted, "
+                       "forgotten past the store's budget or before a restart", code="response_not_found")
+    return stored
+
+
 def responses_router(server: ServerCore) -> APIRouter:
     router = APIRouter()
 
@@ -248,16 +257,31 @@ def responses_router(server: ServerCore) -> APIRouter:
     async def create_response(request: Request):
         raw = await read_json(request, server.service.settings.max_body_bytes)
         body = ResponsesRequest.model_validate(raw)
-        chat = to_chat(body)
+        previous = None
+        if body.previous_response_id:
+            previous = server.responses.get(body.previous_response_id)
+            if previous is None:
+                raise bad_request(f"no stored response {body.previous_response_id!r} to follow: resend the "
+                                  "conversation as input items", param="previous_response_id",
+                                  code="previous_response_not_found")
+        history = previous.conversation if previous else []
+        chat = to_chat(body, history)
         run = await server.start_chat(chat, request)
+        budget = int(server.service.settings.responses_store_mb * (1 << 20))
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else {"type": "text"}
         writer = ResponseWriter(Response(
-            id=_id("resp"), created_at=int(time.time()), model=server.model_id(), instructions=body.instructions,
+            id=new_id("resp"), created_at=int(time.time()), model=server.model_id(), instructions=body.instructions,
             tools=body.tools or [], tool_choice=body.tool_choice or "auto",
             parallel_tool_calls=body.parallel_tool_calls is not False, temperature=chat.temperature,
             top_p=chat.top_p, max_output_tokens=body.max_output_tokens, text={"format": fmt},
-            metadata=raw.get("metadata") or {},
+            metadata=raw.get("metadata") or {}, previous_response_id=body.previous_response_id,
+            store=body.store and budget > 0,
         ))
+
+        def keep(response: Response) -> None:
+            if response.store:
+                conversation = history + input_messages(body) + reply_messages(writer.items)
+                server.responses.put(StoredResponse.of(response, listed_items(body.input), conversation), budget)
 
         async def stream():
             for event in writer.start():
@@ -268,7 +292,9 @@ def responses_router(server: ServerCore) -> APIRouter:
                     yield event
                 reason, error = choice_event.finish_reason or reason, choice_event.error or error
             status, fields = _ending(reason, error)
-            for event in writer.finish(status, usage=_usage(run), **fields):
+            events = writer.finish(status, usage=_usage(run), **fields)
+            keep(writer.response(status, usage=_usage(run), **fields))
+            for event in events:
                 yield event
 
         def whole(choices: list[Choice]) -> JSONResponse:
@@ -278,13 +304,34 @@ def responses_router(server: ServerCore) -> APIRouter:
             writer.add([ReplyPiece("call", call=c) for c in choice.reply.calls])
             status, fields = _ending(choice.finish_reason, choice.error)
             writer.finish(status, **fields)
-            return JSONResponse(writer.response(status, usage=_usage(run), **fields).model_dump())
+            response = writer.response(status, usage=_usage(run), **fields)
+            keep(response)
+            return JSONResponse(response.model_dump())
 
         return await respond(request, run, stream() if body.stream else None, whole)
 
     @router.get("/responses/{response_id}")
     async def get_response(response_id: str):
-        raise APIError(404, f"response {response_id!r} is not stored: this server keeps no responses",
-                       code="response_not_found")
+        return JSONResponse(_stored(server, response_id).response.model_dump())
+
+    @router.delete("/responses/{response_id}")
+    async def delete_response(response_id: str):
+        _stored(server, response_id)
+        server.responses.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    @router.get("/responses/{response_id}/input_items")
+    async def list_input_items(response_id: str, order: Literal["asc", "desc"] = "desc",
+                               limit: int = Query(20, ge=1, le=100), after: str | None = None):
+        items = _stored(server, response_id).input_items
+        items = items if order == "asc" else items[::-1]
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise bad_request(f"no input item {after!r} in response {response_id!r}", param="after")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
     return router

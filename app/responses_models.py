@@ -41,15 +41,17 @@ class ResponsesRequest(_Lenient):
     text: TextOptions | None = None
     stream: bool = False
     user: str | None = UserField
-    previous_response_id: str | None = None
+    previous_response_id: str | None = Field(None, max_length=256)
+    store: bool = True
     conversation: str | dict[str, Any] | None = None
     top_logprobs: int | None = None
 
-    @field_validator("previous_response_id", "conversation")
+    @field_validator("conversation")
     @classmethod
-    def _stateless(cls, value: Any) -> Any:
+    def _no_conversations(cls, value: Any) -> Any:
         if value:
-            raise ValueError("this server keeps no responses or conversations: resend the whole conversation as input items")
+            raise ValueError("the Conversations API is not offered: use previous_response_id, or resend the whole "
+                             "conversation as input items")
         return value
 
     @field_validator("top_logprobs")
@@ -147,7 +149,7 @@ class Response(BaseModel):
     temperature: float
     top_p: float
     max_output_tokens: int | None
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     text: dict[str, Any]
     metadata: dict[str, Any]
     store: bool = False

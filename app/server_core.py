@@ -27,6 +27,7 @@ from app.settings import scheduler_values
 from app.prom import ServerMetrics, build_registry
 from app.reasoning import ThinkTags, starts_thinking, think_tags
 from app.reply import ReplyParser
+from app.response_store import ResponseStore
 from app.service import SwarmService
 from app.streaming import ClientGone, EventStreamResponse, RequestHandle, unless_hung_up
 from app.tool_calls import ToolCallFormat, detect_format
@@ -73,6 +74,7 @@ class ServerCore:
         self.created = int(time.time())
         self._facts: _EngineFacts | None = None
         self._routers: dict[tuple[int, int], OutputRouter] = {}
+        self.responses = ResponseStore()
 
     # -- engine access -------------------------------------------------------------------------
 

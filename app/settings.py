@@ -82,6 +82,9 @@ class Settings(BaseSettings):
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")
+    responses_store_mb: float = Field(
+        64, ge=0, le=1 << 16, description="Memory for stored /v1/responses responses, which previous_response_id "
+        "follows; the least recently used go past it, and 0 stores none")
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
 
     backends: list[BackendConfig] = Field(

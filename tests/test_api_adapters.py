@@ -94,11 +94,13 @@ def test_anthropic_errors_are_anthropic_shaped(scripted):
             model="m", max_tokens=0, messages=msgs)
 
 
-def test_responses_errors_are_openai_shaped_and_say_what_is_not_kept(scripted):
+def test_responses_errors_are_openai_shaped_and_say_what_is_not_offered(scripted):
     url = f"{scripted.url}/v1/responses"
     error = assert_error(httpx.post(url, json={"input": "hi", "previous_response_id": "resp_1"}), 400,
-                         param="previous_response_id")
-    assert "keeps no responses" in error["message"]
+                         param="previous_response_id", code="previous_response_not_found")
+    assert "resend the conversation" in error["message"]
+    error = assert_error(httpx.post(url, json={"input": "hi", "conversation": "conv_1"}), 400, param="conversation")
+    assert "Conversations API" in error["message"]
     assert_error(httpx.post(url, json={"input": [{"type": "item_reference", "id": "x"}]}), 400, param="input.0")
     assert_error(httpx.post(url, json={"input": "hi", "tools": [{"type": "web_search"}]}), 400, param="tools.0.type")
     assert_error(httpx.post(url, json={"input": [{"role": "user", "content": [{"type": "input_image"}]}]}), 400,

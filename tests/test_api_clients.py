@@ -132,6 +132,38 @@ def test_responses_plain_and_streamed_function_tools(client):
     jsonschema.validate(json.loads(shaped.output_text), PERSON)
 
 
+def test_a_responses_chain_follows_previous_response_id_from_the_cache(client):
+    first = client.responses.create(model="m", input="Name a colour.", max_output_tokens=16, temperature=0)
+    second = client.responses.create(model="m", previous_response_id=first.id, input="Name another one.",
+                                     max_output_tokens=16, temperature=0)
+    assert second.previous_response_id == first.id and second.output_text.strip()
+    # The stored conversation is the new prompt's prefix, and its KV is still in the prefix cache.
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    assert client.responses.retrieve(second.id).output_text == second.output_text
+
+
+def test_the_agents_sdk_continues_a_conversation_by_previous_response_id(client, real):
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def main():
+        async with openai.AsyncOpenAI(base_url=f"{real.url}/v1", api_key="x", max_retries=0) as aclient:
+            agent = Agent(name="chat", instructions="Be brief.", model=OpenAIResponsesModel("smol", aclient),
+                          model_settings=ModelSettings(max_tokens=40, temperature=0))
+            one = await Runner.run(agent, "What is the capital of France?")
+            two = await Runner.run(agent, "And of Italy?", previous_response_id=one.last_response_id)
+            return one, two
+
+    one, two = asyncio.run(main())
+    assert isinstance(two.final_output, str) and two.final_output.strip()
+    stored = client.responses.retrieve(two.last_response_id)
+    assert stored.previous_response_id == one.last_response_id
+    assert [item.content[0].text for item in client.responses.input_items.list(two.last_response_id).data] == \
+        ["And of Italy?"]
+
+
 def test_anthropic_messages_plain_streamed_tools_and_count(real):
     client = anthropic.Anthropic(base_url=real.url, api_key="x", max_retries=0, timeout=120)
     plain = client.messages.create(model="m", max_tokens=12, system="Be brief.",

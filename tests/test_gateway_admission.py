@@ -221,3 +221,36 @@ def test_a_client_that_leaves_while_queued_leaves_the_queue():
         assert gw.num_waiting == 0
 
     run(main())
+
+
+def test_a_request_naming_a_stored_response_waits_for_the_backend_holding_it():
+    async def main():
+        gw = _gateway(n=2, slots=1)
+        home, other = gw.backends
+        gw.response_homes.note("resp_1", home.label)
+        busy = await gw.acquire(_req("x"))
+        assert busy.backend is home  # home is full now; the router would pick the idle one
+        follow_up = inspect(b'{"input": "go on", "previous_response_id": "resp_1", "user": "a"}', None)
+        waiting = asyncio.create_task(gw.acquire(follow_up))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and other.inflight == 0
+        gw.release(busy)
+        assert (await waiting).backend is home
+        # With its home down, the request goes where the router says (which answers it holds no such response).
+        home.mark_down("gone")
+        moved = await gw.acquire(follow_up)
+        assert moved.backend is other
+        gw.release(moved)
+        unknown = inspect(b'{"input": "go on", "previous_response_id": "resp_2"}', None)
+        assert (await gw.acquire(unknown)).backend is other
+
+    run(main())
+
+
+def test_response_homes_forget_the_oldest_past_their_limit():
+    from app.gateway_router import ResponseHomes
+
+    homes = ResponseHomes(limit=2)
+    for i, label in enumerate("aab"):
+        homes.note(f"r{i}", label)
+    assert homes.home("r0") is None and homes.home("r1") == "a" and homes.home("r2") == "b"

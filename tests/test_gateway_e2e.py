@@ -116,6 +116,37 @@ def test_a_hang_up_is_forwarded_to_the_backend(shared):
     assert all(b["inflight"] == 0 for b in state["backends"])
 
 
+def test_a_follow_up_by_previous_response_id_goes_to_the_backend_that_stored_it(shared):
+    url, backends, _ = shared
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    # Round-robin would send each request to the other backend: only the pin keeps a chain together.
+    assert httpx.put(f"{url}/v1/scheduler", json={"routing": "round-robin"}).json()["routing"] == "round-robin"
+    try:
+        raw = client.responses.with_raw_response.create(model="m", input="Plan the fix.", max_output_tokens=4,
+                                                         user="chain")
+        first, home = raw.parse(), raw.headers["x-swarm-backend"]
+        previous = first.id
+        for stream in (False, True, False):
+            raw = client.responses.with_raw_response.create(
+                model="m", input="Go on.", previous_response_id=previous, max_output_tokens=4, user="chain",
+                stream=stream)
+            assert raw.headers["x-swarm-backend"] == home
+            ended = ("response.completed", "response.incomplete")
+            response = next(e.response for e in raw.parse() if e.type in ended) if stream else raw.parse()
+            assert response.previous_response_id == previous and response.usage.input_tokens_details.cached_tokens > 0
+            previous = response.id
+        for _ in range(2):  # whichever backend round-robin would pick next
+            assert client.responses.retrieve(previous).previous_response_id
+        assert [i.content[0].text for i in client.responses.input_items.list(previous).data] == ["Go on."]
+        assert httpx.delete(f"{url}/v1/responses/{previous}").json()["deleted"] is True
+        gone = httpx.get(f"{url}/v1/responses/{previous}")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "response_not_found"
+        # An id the gateway never relayed is looked for on every backend.
+        assert httpx.get(f"{url}/v1/responses/resp_unknown").status_code == 404
+    finally:
+        httpx.put(f"{url}/v1/scheduler", json={"routing": "affinity"})
+
+
 def test_bad_input_gets_openai_shaped_errors(shared):
     url, _, _ = shared
     cases = [(b"{nope", "invalid_json"), (b"[1, 2]", None), (b'{"priority": "high", "prompt": "x"}', None)]

@@ -64,3 +64,24 @@ def test_agents_sharing_a_system_prompt_repeats_and_next_turns_get_fresh_text(se
         assert cached[3] == repeat.usage.prompt_tokens - 1
         assert all(c >= answers[i].usage.prompt_tokens - 1 for i, c in enumerate(cached[4:]))
     set_reuse(server, True)
+
+
+def test_a_responses_chain_on_the_hybrid_resumes_and_matches_a_fresh_computation(server):
+    """previous_response_id on qwen35: the follow-up resumes the stored conversation from a checkpoint,
+    and its greedy text is what the same conversation computed from scratch gives."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        def respond(**kwargs):
+            return client.responses.create(model="m", max_output_tokens=8, temperature=0, extra_body=NO_EOS, **kwargs)
+
+        set_reuse(server, True)
+        first = respond(input="task 9: the lexer", instructions=SYSTEM)
+        follow_up = respond(input="Tool result: 2 tests fail", instructions=SYSTEM, previous_response_id=first.id)
+        set_reuse(server, False)
+        fresh = respond(instructions=SYSTEM, store=False, input=[
+            {"role": "user", "content": "task 9: the lexer"}, {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "Tool result: 2 tests fail"}])
+        set_reuse(server, True)
+    assert follow_up.usage.input_tokens == fresh.usage.input_tokens
+    assert follow_up.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
+    assert fresh.usage.input_tokens_details.cached_tokens == 0
+    assert follow_up.output_text == fresh.output_text
