@@ -23,6 +23,7 @@ from runtime.config import POLICY_NAMES
 from runtime.stats import StepStats
 
 if TYPE_CHECKING:
+    from app.response_store import ResponseStore
     from app.service import SwarmService
 
 PREFIX = "swarm_panel:"
@@ -105,9 +106,11 @@ def _labelled(histogram: Histogram, labels: dict[str, str]) -> Iterable[Metric]:
 
 
 class SwarmCollector(Collector):
-    def __init__(self, service: SwarmService, server_metrics: ServerMetrics) -> None:
+    def __init__(self, service: SwarmService, server_metrics: ServerMetrics,
+                 responses: ResponseStore | None = None) -> None:
         self.service = service
         self.server = server_metrics
+        self.responses = responses
 
     def collect(self) -> Iterable[Metric]:
         service, server = self.service, self.server
@@ -191,6 +194,11 @@ class SwarmCollector(Collector):
         for agent, count in sorted(agents.items()):
             per_agent.add_metric([*values, agent], count)
         yield per_agent
+        if self.responses is not None:
+            yield gauge("stored_responses", "Responses API responses kept for previous_response_id",
+                        len(self.responses))
+            yield gauge("stored_response_bytes", "Memory those stored responses hold, as serialised",
+                        self.responses.bytes)
         yield gauge("engine_up", "1 while the engine thread runs", 1.0 if thread is not None and thread.alive else 0.0)
         if thread is not None:
             yield from _agent_service(thread.scheduler.service.snapshot(), names, values)
@@ -234,9 +242,10 @@ def _facts(service: SwarmService) -> dict:
         return {}
 
 
-def build_registry(service: SwarmService, server_metrics: ServerMetrics) -> CollectorRegistry:
+def build_registry(service: SwarmService, server_metrics: ServerMetrics,
+                   responses: ResponseStore | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SwarmCollector(service, server_metrics))
+    registry.register(SwarmCollector(service, server_metrics, responses))
     return registry
 
 

@@ -70,11 +70,11 @@ class ServerCore:
         self.metrics = ServerMetrics()
         # The latencies /metrics exports are the engine's own step figures, the ones the panel shows.
         service.metrics.subscribe(self.metrics.observe_step)
-        self.registry = build_registry(service, self.metrics)
+        self.responses = ResponseStore()
+        self.registry = build_registry(service, self.metrics, self.responses)
         self.created = int(time.time())
         self._facts: _EngineFacts | None = None
         self._routers: dict[tuple[int, int], OutputRouter] = {}
-        self.responses = ResponseStore()
 
     # -- engine access -------------------------------------------------------------------------
 

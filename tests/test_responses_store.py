@@ -7,6 +7,7 @@ import json
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.response_store import ResponseStore, StoredResponse
 from app.responses_models import Response
@@ -78,8 +79,16 @@ def test_a_streamed_response_is_stored_by_the_time_its_last_event_arrives(server
     assert stored.status_code == 200 and stored.json()["output"] == done["output"] and done["store"] is True
 
 
+def stored_gauges(server) -> tuple[float, float]:
+    text = httpx.get(f"{server.url}/metrics").text
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return values["swarm_panel:stored_responses"], values["swarm_panel:stored_response_bytes"]
+
+
 def test_stored_responses_are_retrieved_listed_and_deleted(server, client):
+    count, size = stored_gauges(server)
     first = client.responses.create(model="m", input="Weather in Paris?", tools=[FN_TOOL])
+    assert stored_gauges(server)[0] == count + 1 and stored_gauges(server)[1] > size
     assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
     inputs = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "Looking."},
               {"role": "user", "content": [{"type": "input_text", "text": "Well?"}]}]
@@ -93,6 +102,7 @@ def test_stored_responses_are_retrieved_listed_and_deleted(server, client):
 
     deleted = httpx.delete(f"{server.url}/v1/responses/{second.id}")
     assert deleted.json() == {"id": second.id, "object": "response.deleted", "deleted": True}
+    assert stored_gauges(server)[0] == count + 1
     assert_error(httpx.get(f"{server.url}/v1/responses/{second.id}"), 404, code="response_not_found")
     assert_error(httpx.delete(f"{server.url}/v1/responses/{second.id}"), 404, code="response_not_found")
     assert_error(httpx.get(f"{server.url}/v1/responses/{second.id}/input_items"), 404, code="response_not_found")
