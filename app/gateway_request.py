@@ -1,8 +1,9 @@
 """What the gateway reads from a request it forwards untouched, and from the response it relays.
 
-Read: the agent (the `user` field, Anthropic's `metadata.user_id`, or an X-Agent-Name header), a hash
-of the system prompt (chat `system`/`developer` messages, Anthropic's `system`, the Responses API's
-`instructions`), `stream`, vLLM's `priority` and the Responses API's `previous_response_id`. Relayed
+Read: the agent (the `user` field, Anthropic's `metadata.user_id`, an X-Agent-Name header, or
+Codex's `prompt_cache_key`), a hash of the system prompt (chat `system`/`developer` messages,
+Anthropic's `system`, the Responses API's `instructions`), `stream`, vLLM's `priority` and the
+Responses API's `previous_response_id`. Relayed
 back: prompt and cached token counts, from `usage` (OpenAI, Responses, Anthropic shapes) or
 llama-server's `timings.cache_n`, and a Responses API response's id.
 """
@@ -43,7 +44,7 @@ def inspect(raw: bytes, agent_header: str | None) -> Inbound:
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise bad_request("priority must be an integer (lower is served first)", param="priority")
     metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-    agent = next((v for v in (body.get("user"), metadata.get("user_id"), agent_header)
+    agent = next((v for v in (body.get("user"), metadata.get("user_id"), agent_header, body.get("prompt_cache_key"))
                   if isinstance(v, str) and v.strip()), "anonymous")
     follows = body.get("previous_response_id")
     return Inbound(body=body, raw=raw, agent=agent.strip()[:MAX_AGENT_CHARS], prefix=_prefix_hash(body),

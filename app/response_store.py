@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.responses_models import FunctionCallItem, MessageItem, OutputItem, Response
+from app.responses_tools import ToolTable
 
 ITEM_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
@@ -25,10 +26,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def reply_messages(items: list[OutputItem]) -> list[dict[str, Any]]:
+def reply_messages(items: list[OutputItem], table: ToolTable) -> list[dict[str, Any]]:
     """The reply as the assistant message a client resending its output items would send back."""
     text = "".join(part.text for item in items if isinstance(item, MessageItem) for part in item.content)
-    calls = [{"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+    calls = [{"id": item.call_id, "type": "function",
+              "function": {"name": table.model_name(item.name, item.namespace), "arguments": item.arguments}}
              for item in items if isinstance(item, FunctionCallItem)]
     message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
     if calls:

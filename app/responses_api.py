@@ -22,6 +22,7 @@ from app.chat_run import ChatRun, Choice
 from app.errors import APIError, bad_request, read_json
 from app.reply import ReplyPiece
 from app.response_store import StoredResponse, listed_items, new_id, reply_messages
+from app.responses_tools import ToolTable, tool_table
 from app.responses_models import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,
@@ -63,7 +64,7 @@ def _text_of(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+def input_messages(body: ResponsesRequest, table: ToolTable) -> list[dict[str, Any]]:
     """The request's own input items as chat messages (its instructions apart)."""
     messages: list[dict[str, Any]] = []
     if isinstance(body.input, str):
@@ -80,7 +81,8 @@ def input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
             if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
                 raise bad_request("a function_call item needs name and call_id", param=param)
             call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
+                    "function": {"name": table.model_name(item["name"], item.get("namespace")),
+                                 "arguments": item.get("arguments") or "{}"}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -101,22 +103,16 @@ def input_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def to_chat(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCompletionRequest:
+def to_chat(body: ResponsesRequest, history: list[dict[str, Any]], table: ToolTable) -> ChatCompletionRequest:
     """`history` is the stored conversation that `previous_response_id` names, else empty."""
-    turns = history + input_messages(body)
+    turns = history + input_messages(body, table)
     if not turns:
         raise bad_request("input holds no messages", param="input")
-    tools = []
-    for i, tool in enumerate(body.tools or []):
-        if tool.get("type") != "function":
-            raise bad_request(f"only function tools are supported, got {tool.get('type')!r}", param=f"tools.{i}.type")
-        tools.append({"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
-                                                       if tool.get(k) is not None}})
     choice: Any = body.tool_choice
     if isinstance(choice, dict):
         if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
             raise bad_request("tool_choice must be none, auto, required or {type: function, name}", param="tool_choice")
-        choice = {"type": "function", "function": {"name": choice["name"]}}
+        choice = {"type": "function", "function": {"name": table.model_name(choice["name"], choice.get("namespace"))}}
     fmt = body.text.format if body.text and body.text.format else None
     response_format = None
     if fmt is not None and fmt.type != "text":
@@ -127,11 +123,13 @@ def to_chat(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatComple
             response_format["json_schema"] = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     chat = {
-        "messages": system + turns, "tools": tools or None, "tool_choice": choice,
+        "messages": system + turns, "tools": table.chat_tools or None, "tool_choice": choice,
         "parallel_tool_calls": body.parallel_tool_calls, "max_completion_tokens": body.max_output_tokens,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "top_p": 1.0 if body.top_p is None else body.top_p, "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "user": body.user, "response_format": response_format,
+        # Codex names no user but keys its prompt cache by session: that is the agent.
+        "user": body.user or body.prompt_cache_key, "frequency_penalty": body.frequency_penalty,
+        "response_format": response_format,
     }
     return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
 
@@ -142,8 +140,9 @@ class ResponseWriter:
     The same writer makes the whole response and the stream, so both carry the same items.
     """
 
-    def __init__(self, head: Response) -> None:
+    def __init__(self, head: Response, table: ToolTable) -> None:
         self.head = head
+        self.table = table
         self.items: list[OutputItem] = []
         self._open: TextItem | None = None
         self._seq = 0
@@ -162,14 +161,15 @@ class ResponseWriter:
             if piece.kind == "call":
                 events += self._close()
                 call = piece.call
-                item = FunctionCallItem(id=new_id("fc"), call_id=call.id, name=call.name)
+                namespace, name = self.table.named(call.name)
+                item = FunctionCallItem(id=new_id("fc"), call_id=call.id, name=name, namespace=namespace)
                 events += self._added(item)
                 index = len(self.items) - 1
                 events.append(self._event(FunctionCallArgumentsDelta, item_id=item.id, output_index=index,
                                           delta=call.arguments))
                 item.arguments, item.status = call.arguments, "completed"
                 events.append(self._event(FunctionCallArgumentsDone, item_id=item.id, output_index=index,
-                                          name=call.name, arguments=call.arguments))
+                                          name=name, arguments=call.arguments))
                 events.append(self._event(OutputItemEvent, type="response.output_item.done", output_index=index,
                                           item=item))
                 continue
@@ -265,7 +265,8 @@ def responses_router(server: ServerCore) -> APIRouter:
                                   "conversation as input items", param="previous_response_id",
                                   code="previous_response_not_found")
         history = previous.conversation if previous else []
-        chat = to_chat(body, history)
+        table = tool_table(body.tools)
+        chat = to_chat(body, history, table)
         run = await server.start_chat(chat, request)
         budget = int(server.service.settings.responses_store_mb * (1 << 20))
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else {"type": "text"}
@@ -276,11 +277,11 @@ def responses_router(server: ServerCore) -> APIRouter:
             top_p=chat.top_p, max_output_tokens=body.max_output_tokens, text={"format": fmt},
             metadata=raw.get("metadata") or {}, previous_response_id=body.previous_response_id,
             store=body.store and budget > 0,
-        ))
+        ), table)
 
         def keep(response: Response) -> None:
             if response.store:
-                conversation = history + input_messages(body) + reply_messages(writer.items)
+                conversation = history + input_messages(body, table) + reply_messages(writer.items, table)
                 server.responses.put(StoredResponse.of(response, listed_items(body.input), conversation), budget)
 
         async def stream():

@@ -42,6 +42,7 @@ class ResponsesRequest(_Lenient):
     stream: bool = False
     user: str | None = UserField
     previous_response_id: str | None = Field(None, max_length=256)
+    prompt_cache_key: str | None = Field(None, max_length=1024)
     store: bool = True
     conversation: str | dict[str, Any] | None = None
     top_logprobs: int | None = None
@@ -100,6 +101,7 @@ class FunctionCallItem(BaseModel):
     id: str
     call_id: str
     name: str
+    namespace: str | None = None
     arguments: str = ""
     status: ItemStatus = "in_progress"
 

@@ -102,7 +102,12 @@ def test_responses_errors_are_openai_shaped_and_say_what_is_not_offered(scripted
     error = assert_error(httpx.post(url, json={"input": "hi", "conversation": "conv_1"}), 400, param="conversation")
     assert "Conversations API" in error["message"]
     assert_error(httpx.post(url, json={"input": [{"type": "item_reference", "id": "x"}]}), 400, param="input.0")
-    assert_error(httpx.post(url, json={"input": "hi", "tools": [{"type": "web_search"}]}), 400, param="tools.0.type")
+    assert_error(httpx.post(url, json={"input": "hi", "tools": [{"type": "custom", "name": "patch"}]}), 400,
+                 param="tools.0.type")
+    namespace = {"type": "namespace", "name": "ns", "tools": [{"type": "local_shell"}]}
+    assert_error(httpx.post(url, json={"input": "hi", "tools": [namespace]}), 400, param="tools.0.tools.0.type")
+    assert_error(httpx.post(url, json={"input": "hi", "tools": [{"type": "namespace", "tools": []}]}), 400,
+                 param="tools.0")
     assert_error(httpx.post(url, json={"input": [{"role": "user", "content": [{"type": "input_image"}]}]}), 400,
                  param="input.0.content.0")
     assert_error(httpx.post(url, json={}), 400, param="input")

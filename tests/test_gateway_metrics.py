@@ -278,6 +278,8 @@ def test_inspect_reads_agent_system_prompt_and_priority():
     assert (anthropic.agent, responses.agent) == ("a2", "a3")
     assert chat.prefix == anthropic.prefix == responses.prefix != ""
     assert inspect(b'{"prompt":"x"}', None).agent == "anonymous"
+    codex = inspect(b'{"input":"hi","prompt_cache_key":"session-1","previous_response_id":"resp_9"}', None)
+    assert (codex.agent, codex.follows) == ("session-1", "resp_9")
     for bad in (b"[1]", b"{", b'{"priority":"high"}'):
         with pytest.raises(Exception, match="JSON|object|priority"):
             inspect(bad, None)
