@@ -63,10 +63,24 @@ def to_messages(body: MessagesRequest) -> list[dict[str, Any]]:
     system = _text_blocks(body.system, "system")
     if system:
         messages.append({"role": "system", "content": system})
+    held: list[str] = []  # mid-conversation system text waiting for the next user turn
     for i, message in enumerate(body.messages):
         param = f"messages.{i}.content"
+        if message.role == "system":
+            # Many templates (Qwen3's among them) refuse a system turn after the first, so its text
+            # joins the user turn it follows, else the next one.
+            text = _text_blocks(message.content, param)
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] in ("user", "system") and isinstance(last["content"], str):
+                last["content"] = f"{last['content']}\n\n{text}" if last["content"] else text
+            else:
+                held.append(text)
+            continue
         if isinstance(message.content, str):
-            messages.append({"role": message.role, "content": message.content})
+            content = message.content
+            if held and message.role == "user":
+                content, held = "\n\n".join([*held, content]), []
+            messages.append({"role": message.role, "content": content})
             continue
         texts, calls, results = [], [], []
         for j, block in enumerate(message.content):
@@ -90,11 +104,15 @@ def to_messages(body: MessagesRequest) -> list[dict[str, Any]]:
                 raise bad_request(f"{kind!r} blocks are not supported in {message.role} messages", param=f"{param}.{j}")
         # Tool results answer the previous assistant turn, so they come before this turn's text.
         messages += results
+        if held and message.role == "user" and texts:
+            texts, held = ["\n\n".join([*held, "\n".join(texts)])], []
         if texts or calls or not results:
             entry: dict[str, Any] = {"role": message.role, "content": "\n".join(texts)}
             if calls:
                 entry["tool_calls"] = calls
             messages.append(entry)
+    if held:
+        messages.append({"role": "user", "content": "\n\n".join(held)})
     return messages
 
 
@@ -188,17 +206,31 @@ class BlockWriter:
         return [sse_event(ContentBlockStop(index=len(self.blocks) - 1))]
 
 
+def session_of(user_id: str | None) -> str | None:
+    """Claude Code's user_id is a JSON object of device, account and session: its session is the agent."""
+    if user_id and user_id.lstrip().startswith("{"):
+        try:
+            fields = json.loads(user_id)
+        except ValueError:
+            return user_id
+        if isinstance(fields, dict) and isinstance(fields.get("session_id"), str) and fields["session_id"]:
+            return fields["session_id"]
+    return user_id
+
+
 def anthropic_router(server: ServerCore) -> APIRouter:
     router = APIRouter()
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
-        user = request.headers.get("x-agent-name") or (body.metadata.user_id if body.metadata else None)
+        user = request.headers.get("x-agent-name") or session_of(body.metadata.user_id if body.metadata else None)
         return user.strip()[:MAX_NAME_CHARS] if user and user.strip() else None
 
     @router.post("/messages")
     async def messages(request: Request):
         body = MessagesRequest.model_validate(await read_json(request, server.service.settings.max_body_bytes))
-        run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request))
+        # Claude Code asks for 32-64k tokens whatever the model: a reply gets what the context has left.
+        run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request),
+                                      fit_max_tokens=True)
         message = Message(id=f"msg_{uuid.uuid4().hex}", model=server.model_id())
         writer = BlockWriter()
 

@@ -16,7 +16,8 @@ from app.api_models import MAX_NAME_CHARS, MAX_TOKENS_LIMIT, MAX_TOOLS, _Lenient
 
 
 class AnthropicMessage(_Lenient):
-    role: Literal["user", "assistant"]
+    # "system" mid-conversation: Claude Code sends them (its mid-conversation-system beta).
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 

@@ -161,14 +161,15 @@ class ServerCore:
 
     def submit_choices(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
                        agent: str, asked: str | None = None, grammar: str | None = None,
-                       priority: int | None = None) -> list[RequestHandle]:
+                       priority: int | None = None, fit_max_tokens: bool = False) -> list[RequestHandle]:
         """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
-                handles.append(self.submit(engine, thread, body, prompt_ids, agent, asked, grammar, choice, priority))
+                handles.append(self.submit(engine, thread, body, prompt_ids, agent, asked, grammar, choice, priority,
+                                           fit_max_tokens))
         except BaseException:
             for handle in handles:
                 handle.abort()
@@ -178,7 +179,8 @@ class ServerCore:
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
                agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
-               priority: int | None = None) -> RequestHandle:
+               priority: int | None = None, fit_max_tokens: bool = False) -> RequestHandle:
+        """fit_max_tokens: a max_tokens past what the context has left is cut to it, not refused."""
         facts = self.facts(engine)
         n_vocab = facts.n_vocab
         bias = body.bias_by_token
@@ -194,6 +196,9 @@ class ServerCore:
                               param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
                               code="context_length_exceeded")
         max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, room)
+        if fit_max_tokens:
+            held = thread.snapshot().kv_budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
+            max_tokens = max(1, min(max_tokens, engine.max_context - len(prompt_ids), held))
         try:
             sampling = SamplingParams(
                 max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
@@ -230,7 +235,8 @@ class ServerCore:
         self.check_prompt_chars(chars, "messages")
         return await self.off_loop_if_long(chars, self.render_chat, engine, shown_messages, shown_tools)
 
-    async def start_chat(self, body: ChatCompletionRequest, request: Request, agent: str | None = None) -> ChatRun:
+    async def start_chat(self, body: ChatCompletionRequest, request: Request, agent: str | None = None,
+                         fit_max_tokens: bool = False) -> ChatRun:
         """Renders, constrains and submits a chat; every chat-shaped API comes through here."""
         engine, thread = self.engine()
         self.check_capacity(thread)
@@ -243,7 +249,8 @@ class ServerCore:
         parsers = [ReplyParser(facts.tool_format if declared is not None else None, declared,
                                body.parallel_tool_calls is not False, facts.think, thinking) for _ in range(body.n)]
         asked = last_user_text([m.for_template() for m in body.messages])
-        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar, priority_of(request))
+        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar, priority_of(request),
+                                      fit_max_tokens)
         return ChatRun(handles, parsers, on_close=lambda _: self.service.inflight.exit(agent))
 
     def start_completion(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
