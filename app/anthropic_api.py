@@ -266,7 +266,8 @@ def anthropic_router(server: ServerCore) -> APIRouter:
                 "stop_sequence": choice.stop_sequence, "usage": _usage(run)})
             return JSONResponse(whole_message.model_dump())
 
-        return await respond(request, run, stream() if body.stream else None, whole)
+        return await respond(request, run, stream() if body.stream else None, whole, heartbeat_s=server.heartbeat_s,
+                             beat=lambda: sse_event(Ping()))
 
     @router.post("/messages/count_tokens")
     async def count_tokens(request: Request):

@@ -155,6 +155,11 @@ class ResponseWriter:
         return [self._event(ResponseEvent, type="response.created", response=created),
                 self._event(ResponseEvent, type="response.in_progress", response=created)]
 
+    def in_progress(self) -> bytes:
+        """response.in_progress again: a quiet stream's keep-alive, an event Codex's idle timer counts and
+        every client already takes (comments reset no client's event timer)."""
+        return self._event(ResponseEvent, type="response.in_progress", response=self.response("in_progress"))
+
     def add(self, pieces: list[ReplyPiece]) -> list[bytes]:
         events: list[bytes] = []
         for piece in pieces:
@@ -309,7 +314,8 @@ def responses_router(server: ServerCore) -> APIRouter:
             keep(response)
             return JSONResponse(response.model_dump())
 
-        return await respond(request, run, stream() if body.stream else None, whole)
+        return await respond(request, run, stream() if body.stream else None, whole, heartbeat_s=server.heartbeat_s,
+                             beat=writer.in_progress)
 
     @router.get("/responses/{response_id}")
     async def get_response(response_id: str):

@@ -98,7 +98,7 @@ def create_app(service: SwarmService) -> FastAPI:
                          for c in choices])
             return JSONResponse(result.model_dump())
 
-        return await respond(request, run, stream, whole)
+        return await respond(request, run, stream, whole, heartbeat_s=server.heartbeat_s)
 
     @v1.post("/completions")
     async def completions(request: Request):
@@ -137,7 +137,7 @@ def create_app(service: SwarmService) -> FastAPI:
                          for c in choices])
             return JSONResponse(result.model_dump())
 
-        return await respond(request, run, stream, whole)
+        return await respond(request, run, stream, whole, heartbeat_s=server.heartbeat_s)
 
     def model_card() -> dict[str, Any]:
         engine, _ = server.engine()

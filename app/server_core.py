@@ -29,7 +29,7 @@ from app.reasoning import ThinkTags, starts_thinking, think_tags
 from app.reply import ReplyParser
 from app.response_store import ResponseStore
 from app.service import SwarmService
-from app.streaming import ClientGone, EventStreamResponse, RequestHandle, unless_hung_up
+from app.streaming import KEEPALIVE, ClientGone, EventStreamResponse, RequestHandle, unless_hung_up, with_heartbeat
 from app.tool_calls import ToolCallFormat, detect_format
 from runtime.config import MAX_PRIORITY
 from runtime.policy_registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
@@ -111,6 +111,10 @@ class ServerCore:
                 self._routers.pop(stale).close()
             router = self._routers[key] = OutputRouter(thread, loop)
         return router
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.service.settings.stream_heartbeat_s
 
     def model_id(self) -> str:
         try:
@@ -330,10 +334,12 @@ def chat_grammar(engine: Engine, body: ChatCompletionRequest, fmt: ToolCallForma
 
 
 async def respond(request: Request, run: ChatRun, stream: AsyncIterator[bytes] | None,
-                  whole: Callable[[list[Choice]], Response]) -> Response:
-    """Streams (the response closes the run when it ends) or collects; a hang-up aborts either way."""
+                  whole: Callable[[list[Choice]], Response], *, heartbeat_s: float,
+                  beat: Callable[[], bytes] = lambda: KEEPALIVE) -> Response:
+    """Streams (the response closes the run when it ends; `beat()` goes out whenever it is quiet for
+    `heartbeat_s`) or collects; a hang-up aborts either way."""
     if stream is not None:
-        return EventStreamResponse(stream, on_close=run.close)
+        return EventStreamResponse(with_heartbeat(stream, heartbeat_s, beat), on_close=run.close)
     try:
         choices = await unless_hung_up(request.receive, run.collect())
     except ClientGone:

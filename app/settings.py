@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     responses_store_mb: float = Field(
         64, ge=0, le=1 << 16, description="Memory for stored /v1/responses responses, which previous_response_id "
         "follows; the least recently used go past it, and 0 stores none")
+    stream_heartbeat_s: float = Field(
+        15, ge=0, le=3600, description="A streamed reply quiet this long (a long prompt computing or queued) gets a "
+        "keep-alive, so agents' idle watchdogs do not hang up and resend: an SSE comment, a ping event on "
+        "/v1/messages, response.in_progress on /v1/responses; 0 sends none")
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
 
     backends: list[BackendConfig] = Field(

@@ -44,6 +44,8 @@ T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
+# An SSE comment: every SSE parser skips it (the OpenAI SDKs' included), yet it keeps the connection busy.
+KEEPALIVE = b": keep-alive\n\n"
 
 
 class RequestObserver(Protocol):
@@ -157,6 +159,41 @@ class EventStreamResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+
+
+async def with_heartbeat(events: AsyncIterator[bytes], every_s: float,
+                         beat: Callable[[], bytes] = lambda: KEEPALIVE) -> AsyncIterator[bytes]:
+    """`events`, with `beat()` in between whenever `every_s` pass without one (0: never).
+
+    A stream can be quiet for minutes while a long prompt computes or waits behind others, and
+    agents' idle watchdogs (Claude Code's, Codex's: five minutes of no bytes or no events) then
+    hang up and send the whole request again, recomputing what was already under way.
+    """
+    if every_s <= 0:
+        async for chunk in events:
+            yield chunk
+        return
+    source = aiter(events)
+    pending = asyncio.ensure_future(anext(source))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield beat()
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+            pending = asyncio.ensure_future(anext(source))
+    finally:
+        if not pending.done():
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def sse(payload: dict[str, Any], event: str | None = None) -> bytes:

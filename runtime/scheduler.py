@@ -49,7 +49,9 @@ __all__ = ["RequestRejected", "Scheduler"]
 
 log = logging.getLogger(__name__)
 
-_CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+# Aborted too: an agent whose idle watchdog or timeout hung up resends the same prompt, which then
+# resumes where the first left off instead of computing a long prompt again from its first token.
+_CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
 # The oldest prompt's least share of a step's prefill budget (1/N) when the policy puts others first.
 OLDEST_PROMPT_SHARE = 4
 

@@ -203,18 +203,26 @@ def test_turning_reuse_off_drops_the_cache_and_computes_everything():
     assert again.num_output_tokens == 3 and scheduler.kv_cached == 0
 
 
-def test_aborted_and_failed_requests_are_released_not_cached():
+def test_an_aborted_request_is_cached_for_its_resend_and_a_failed_one_released():
     scheduler, engine, loop, steps = make()
     aborted = request(SYSTEM + [1] * 10, 50)
     scheduler.add(aborted, 0.0)
     loop.step()
     loop.step()
+    computed = aborted.num_computed_tokens
     scheduler.abort(aborted.request_id, loop.clock.now())
-    finished = request(SYSTEM + [2] * 10, 2)
-    scheduler.add(finished, loop.clock.now())
+    assert scheduler.prefix_cache.get(aborted) is not None
+    resent = request(SYSTEM + [1] * 10, 2)
+    scheduler.add(resent, loop.clock.now())
     drain(loop)
-    assert scheduler.prefix_cache.get(aborted) is None and scheduler.prefix_cache.get(finished) is not None
-    assert any(aborted in plan.release for plan in engine.plans)
+    assert resent.num_cached_tokens == min(computed, resent.num_prompt_tokens - 1)
+    failed = request([9] * 30, 50)
+    scheduler.add(failed, loop.clock.now())
+    loop.step()
+    scheduler.abort(failed.request_id, loop.clock.now(), error="the engine failed")
+    drain(loop)
+    assert scheduler.prefix_cache.get(failed) is None
+    assert any(failed in plan.release for plan in engine.plans)
 
 
 def test_naive_static_caches_finished_lanes_when_the_batch_ends():
