@@ -12,6 +12,7 @@ routing), GET /v1/models (the first backend that is up).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -34,7 +35,7 @@ from app.gateway_prom import build_gateway_registry
 from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
 from app.prom import CONTENT_TYPE, render
 from app.settings import Settings
-from app.streaming import EventStreamResponse, unless_hung_up
+from app.streaming import KEEPALIVE, EventStreamResponse, unless_hung_up
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,18 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0
 # Errors raised before the backend received the request: safe to send it elsewhere.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'  # Anthropic's keep-alive event
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an error body in either API's shape, else the body's start."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        error = None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return body[:200].decode(errors="replace") or "no body"
 
 
 def _error_event(path: str, message: str) -> bytes:
@@ -54,8 +67,9 @@ def _error_event(path: str, message: str) -> bytes:
 
 
 class Forwarder:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, heartbeat_s: Callable[[], float] = lambda: 0.0) -> None:
         self.gateway = gateway
+        self.heartbeat_s = heartbeat_s
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
@@ -63,10 +77,27 @@ class Forwarder:
         await self.client.aclose()
 
     async def forward(self, request: Request, path: str, inbound: Inbound) -> Response:
+        """Relays the request to the backend admitted. A streamed request still queued after a heartbeat
+        gets its stream at once, with keep-alives until a backend answers (as a backend sends them itself
+        while it computes), so the client's idle watchdog does not give up on the queue."""
+        every_s = self.heartbeat_s() if inbound.stream else 0.0
+        acquiring = asyncio.ensure_future(self.gateway.acquire(inbound))
+        try:
+            await unless_hung_up(request.receive, asyncio.wait({acquiring}, timeout=every_s or None))
+        except BaseException:
+            acquiring.cancel()
+            raise
+        if not acquiring.done():
+            return EventStreamResponse(self._queued(request, path, inbound, acquiring, every_s),
+                                       on_close=acquiring.cancel)
+        upstream, lease = await unless_hung_up(request.receive, self._send(request, path, inbound, acquiring.result()))
+        return await self._relay(request, path, lease, upstream)
+
+    async def _send(self, request: Request, path: str, inbound: Inbound, lease: Lease) -> tuple[httpx.Response, Lease]:
+        """Sends to the lease's backend; one that refuses the connection is left for another."""
         gateway = self.gateway
-        retry_of = None
-        for _ in range(len(gateway.backends)):
-            lease = await unless_hung_up(request.receive, gateway.acquire(inbound, retry_of))
+        attempts = len(gateway.backends)
+        while True:
             backend = lease.backend
             headers = {"content-type": "application/json", **backend.headers}
             if inbound.agent != "anonymous":
@@ -75,21 +106,54 @@ class Forwarder:
                 "POST", f"{backend.config.url}{path}", content=forwarded_body(inbound, backend.kind), headers=headers,
                 params=request.query_params)
             try:
-                upstream = await unless_hung_up(request.receive, self.client.send(upstream_request, stream=True))
+                return await self.client.send(upstream_request, stream=True), lease
             except NOT_SENT as exc:
                 log.warning("backend %s refused a request (%s); trying another", backend.label, exc)
                 gateway.backend_failed(lease, f"connection failed: {exc}")
-                retry_of = lease.ticket
-                continue
             except httpx.HTTPError as exc:
                 gateway.backend_failed(lease, f"failed before answering: {exc}")
                 raise self._failed(backend.label, exc) from None
             except BaseException:
                 gateway.release(lease)
                 raise
-            return await self._relay(request, path, lease, upstream)
-        raise APIError(503, "every backend refused the connection; retry shortly", code="no_backend",
-                       headers={"Retry-After": "2"})
+            attempts -= 1
+            if attempts == 0:
+                raise APIError(503, "every backend refused the connection; retry shortly", code="no_backend",
+                               headers={"Retry-After": "2"})
+            lease = await gateway.acquire(inbound, lease.ticket)
+
+    async def _queued(self, request: Request, path: str, inbound: Inbound, acquiring: asyncio.Future[Lease],
+                      every_s: float) -> AsyncIterator[bytes]:
+        """The stream of a request admitted late: keep-alives while it waits, then the backend's stream, or
+        its error as an error event (the 200 is already sent)."""
+        beat = PING if path.endswith("/messages") else KEEPALIVE
+        while not acquiring.done():
+            await asyncio.wait({acquiring}, timeout=every_s)
+            if not acquiring.done():
+                yield beat
+        try:
+            upstream, lease = await self._send(request, path, inbound, acquiring.result())
+        except APIError as exc:
+            yield _error_event(path, exc.message)
+            return
+        content_type = upstream.headers.get("content-type", "")
+        if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
+            try:
+                async for chunk in self._stream(path, lease, upstream):
+                    yield chunk
+            finally:
+                self.gateway.release(lease)
+            return
+        try:
+            body = await upstream.aread()
+        except httpx.HTTPError as exc:
+            self.gateway.backend_failed(lease, f"failed mid-answer: {exc}")
+            body = b""
+        finally:
+            await upstream.aclose()
+            self.gateway.release(lease)
+        yield _error_event(path, f"backend {lease.backend.label} answered {upstream.status_code}: "
+                                 f"{_error_message(body)}")
 
     def _failed(self, label: str, exc: Exception) -> APIError:
         return APIError(502, f"backend {label} failed mid-request ({type(exc).__name__}: {exc}); retry",
@@ -174,7 +238,7 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
     current = settings if callable(settings) else lambda: settings
     app = FastAPI(title="swarm-panel gateway", summary="One OpenAI-compatible endpoint in front of many engines",
                   version="0.1.0")
-    forwarder = Forwarder(gateway)
+    forwarder = Forwarder(gateway, lambda: current().stream_heartbeat_s)
     registry = build_gateway_registry(gateway)
     app.state.gateway = gateway
     app.state.forwarder = forwarder

@@ -23,7 +23,7 @@ from app.settings_flags import add_settings_arguments, given
 
 # The Settings fields the gateway reads, and the flags it has always spelled its own way.
 GATEWAY_FIELDS = ("backends", "host", "port", "api_key", "gateway_policy", "gateway_routing", "max_waiting",
-                  "insecure_public_without_api_key")
+                  "insecure_public_without_api_key", "stream_heartbeat_s")
 GATEWAY_SPELLINGS = {"gateway_policy": "--policy", "gateway_routing": "--routing"}
 GATEWAY_NOTES = {"backends": "kind: vllm, llama-server, swarm-panel, or told by its /metrics"}
 # Opens the fleet window: (settings, screenshot, quit_after) -> exit status. The desktop front end
