@@ -59,8 +59,9 @@ class Settings(BaseSettings):
     n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
     n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
     flash_attn: Literal["auto", "on", "off"] = Field(
-        "auto", description="llama.cpp flash attention; auto is off on a CPU-only run with an F16 cache (its CPU "
-        "kernel makes decoding over long contexts several times slower) and llama.cpp's choice elsewhere")
+        "auto", description="llama.cpp flash attention; auto, on a CPU-only run with an F16 cache, is whichever "
+        "made 8-lane decode steps faster when timed once on this CPU and model (its CPU kernel is several times "
+        "slower on some CPUs and faster on others; remembered), and llama.cpp's choice elsewhere")
     kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
     threads: int | None = Field(
         None, ge=1, le=1024, description="CPU threads for llama.cpp; none means every core on a CPU-only run "

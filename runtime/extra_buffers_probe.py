@@ -89,19 +89,19 @@ def decide_extra_buffers(
     path = Path(model_path)
     cache_path = cache_path or cache_file()
     machine, model = machine_key(), model_key(path)
-    remembered = _read(cache_path).get(machine, {}).get(model)
+    remembered = read_verdicts(cache_path).get(machine, {}).get(model)
     if remembered is not None:
         return ExtraBuffersDecision(bool(remembered["enabled"]), remembered["reason"] + " (remembered)")
     decision = _run_probe(command or probe_command(path), timeout_s)
     (log.info if decision.enabled else log.warning)("extra buffer types %s for %s: %s",
                                                      "on" if decision.enabled else "off", path.name, decision.reason)
-    records = _pruned(_read(cache_path))
+    records = pruned_verdicts(read_verdicts(cache_path))
     records.setdefault(machine, {})[model] = {"enabled": decision.enabled, "reason": decision.reason}
-    _write(cache_path, records)
+    write_verdicts(cache_path, records)
     return decision
 
 
-def _pruned(records: dict) -> dict:
+def pruned_verdicts(records: dict) -> dict:
     """The verdicts whose model file is still there unchanged: a key names a file's size and mtime, so
     a rewritten or deleted file's verdict would otherwise stay in the file forever."""
     kept = {}
@@ -148,14 +148,14 @@ def _run_probe(command: list[str], timeout_s: float) -> ExtraBuffersDecision:
     return ExtraBuffersDecision(True, f"probe passed (gap {gap:.2g}): on")
 
 
-def _read(path: Path) -> dict:
+def read_verdicts(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
 
 
-def _write(path: Path, records: dict) -> None:
+def write_verdicts(path: Path, records: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

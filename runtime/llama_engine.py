@@ -101,12 +101,10 @@ def on_cpu(n_gpu_layers: int) -> bool:
 
 
 def resolve_flash_attn(flash_attn: str | bool, n_gpu_layers: int, kv_type: str) -> str | bool:
-    """'auto' on a CPU-only run with an F16 cache means off: ggml's CPU flash-attention kernel walks a
-    decoding token's cells one at a time, where the plain path is one matrix product. Measured here
-    (benchmarks/attention_cost.py: demo model, 8 sequences of 1,000 tokens), a split-KV decode step
-    took 234 ms with it and 68 ms without, a prompt chunk the same; in a unified pool a decode step
-    120 against 284 ms, though a prompt chunk there is 2-3x slower without it. Elsewhere llama.cpp's
-    own choice (GPUs, and a quantized V cache, which needs it)."""
+    """'auto' on a CPU-only run with an F16 cache means off here: which kernel wins depends on the CPU,
+    and app.engines asks runtime.flash_attn_probe, which times both on this machine, before it builds
+    an engine; an engine built directly keeps the plain path, the faster one on most CPUs measured.
+    Elsewhere llama.cpp's own choice (GPUs, and a quantized V cache, which needs it)."""
     if flash_attn == "auto" and kv_type == "f16" and on_cpu(n_gpu_layers):
         return "off"
     return flash_attn
@@ -145,6 +143,7 @@ class LlamaEngine:
         kv_unified: bool = True,
         extra_buffers: bool = False,
         extra_buffers_reason: str = "off unless asked for",
+        flash_attn_reason: str = "as asked for",
         note: str | None = None,
         checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET,
         park_cached: bool = True,
@@ -189,6 +188,7 @@ class LlamaEngine:
         self._governor = thread_governor(self.n_threads) if n_threads is None and on_cpu(n_gpu_layers) else None
         self.kv_type, self.n_gpu_layers = kv_type, n_gpu_layers
         self.flash_attn = resolve_flash_attn(flash_attn, n_gpu_layers, kv_type)
+        self.flash_attn_reason = flash_attn_reason
         # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
         # logits on some CPUs; off unless the caller has probed this machine (runtime.extra_buffers_probe).
         self.extra_buffers = extra_buffers
@@ -279,6 +279,7 @@ class LlamaEngine:
             kv_type=self.kv_type,
             kv_unified=self.kv_unified,
             flash_attn=self.flash_attn,
+            flash_attn_reason=self.flash_attn_reason,
             n_gpu_layers=self.n_gpu_layers,
             n_threads=self.n_threads,
             extra_buffers=self.extra_buffers,

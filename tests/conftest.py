@@ -6,6 +6,16 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_folder(tmp_path_factory):
+    """Probe verdicts (extra buffers, flash attention) are remembered in the user's cache folder; a
+    test run, timing kernels under its own load, must not leave its verdicts there."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A random-weight llama GGUF of about 1 MB, written once per test session."""

@@ -33,6 +33,7 @@ def test_the_default_layout_and_attention_follow_the_lane_share_and_the_device(t
                                                                                 tmp_path):
     monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(tmp_path / "absent.toml"))
     layouts = {}
+    attention = set()
     for lanes, n_ctx in ((4, 16384), (4, 8192), (8, 32768), (16, 32768)):
         args = build_parser().parse_args(["serve", "--model", str(tiny_model_path), "--threads", "1",
                                           "--extra-buffers", "off", "--n-ctx", str(n_ctx)])
@@ -40,12 +41,14 @@ def test_the_default_layout_and_attention_follow_the_lane_share_and_the_device(t
         try:
             facts = engine.describe()
             layouts[lanes, n_ctx] = facts["kv_unified"]
-            # This build has no GPU: the CPU kernel's flash attention is off unless asked for.
-            assert facts["flash_attn"] == "off" and facts["device"] == "CPU"
+            # This build has no GPU: flash attention is what the probe timed faster on this CPU, timed once.
+            assert facts["flash_attn"] in ("on", "off") and facts["device"] == "CPU"
+            attention.add((facts["flash_attn"], facts["flash_attn_reason"].removesuffix(" (remembered)")))
         finally:
             engine.close()
     # Split once every lane gets 4,096 tokens of the context, unified below that.
     assert layouts == {(4, 16384): False, (4, 8192): True, (8, 32768): False, (16, 32768): True}
+    assert len(attention) == 1
 
 
 def test_flash_attention_stays_as_asked_where_auto_does_not_mean_off():
