@@ -12,23 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 from runtime.demo_model import ensure_demo_model
 from runtime.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from runtime.flash_attn_probe import timed_step as timed
 from runtime.llama_engine import LlamaEngine
 from runtime.request import Request, SamplingParams
 
 LANES = 8
 N_BATCH = 512
-
-
-def timed(engine: LlamaEngine, plan: StepPlan) -> float:
-    started = time.perf_counter()
-    result = engine.step(plan)
-    if result.errors or result.refused:
-        raise SystemExit(f"step failed: {result.errors or result.refused}")
-    return time.perf_counter() - started
 
 
 def prefill(engine: LlamaEngine, request: Request, end: int) -> float:

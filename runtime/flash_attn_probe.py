@@ -105,7 +105,7 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None) -> t
                              n_threads=n_threads, park_cached=False) as engine:
                 lanes = _fill(engine)
                 times[setting].append(statistics.median(
-                    _step(engine, StepPlan(rows=[Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True)
+                    timed_step(engine, StepPlan(rows=[Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True)
                                                  for q in _grown(lanes)]))
                     for _ in range(STEPS)))
                 engine.step(StepPlan(release=lanes))
@@ -118,11 +118,12 @@ def _fill(engine: LlamaEngine) -> list[Request]:
     tokens = [vocab.bos] + [16 + (i * 7) % (vocab.n_tokens - 16) for i in range(CONTEXT - 1)]
     source = Request(list(tokens), SamplingParams(max_tokens=1 << 10))
     for start in range(0, CONTEXT - 1, 512):
-        _step(engine, StepPlan(rows=[Row(source, RowKind.PREFILL, start, tokens[start:min(start + 512, CONTEXT - 1)],
-                                         False)]))
+        chunk = tokens[start:min(start + 512, CONTEXT - 1)]
+        timed_step(engine, StepPlan(rows=[Row(source, RowKind.PREFILL, start, chunk, False)]))
     copies = [Request(list(tokens), SamplingParams(max_tokens=1 << 10)) for _ in range(LANES - 1)]
-    _step(engine, StepPlan(rows=[Row(r, RowKind.PREFILL, CONTEXT - 1, tokens[-1:], False) for r in [source, *copies]],
-                           prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, r, CONTEXT - 1) for r in copies]))
+    last = [Row(r, RowKind.PREFILL, CONTEXT - 1, tokens[-1:], False) for r in [source, *copies]]
+    timed_step(engine, StepPlan(rows=last, prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, r, CONTEXT - 1)
+                                                       for r in copies]))
     return [source, *copies]
 
 
@@ -133,7 +134,8 @@ def _grown(lanes: list[Request]) -> list[Request]:
     return lanes
 
 
-def _step(engine: LlamaEngine, plan: StepPlan) -> float:
+def timed_step(engine: LlamaEngine, plan: StepPlan) -> float:
+    """Runs one step and returns its seconds; a step the engine fails or refuses raises."""
     started = time.perf_counter()
     result = engine.step(plan)
     if result.errors or result.refused:

@@ -13,16 +13,13 @@ from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
 from runtime.engine_loop import EngineLoop
 from runtime.llama_engine import LlamaEngine
-from runtime.request import Request, RequestStatus, SamplingParams
+from runtime.request import Request, RequestStatus
 from runtime.scheduler import Scheduler
 from runtime.workload import system_text
+from tests.test_hybrid_reuse import greedy
 
 PROMPT = 400
 CHUNK = 64
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module", params=["unified", "split"])
