@@ -66,18 +66,19 @@ def tool_table(tools: list[dict[str, Any]] | None) -> ToolTable:
                     raise bad_request(f"only function tools are supported inside a namespace, got {got!r}",
                                       param=f"tools.{i}.tools.{j}.type")
                 declared.append((namespace, member))
-        elif kind in HOSTED_TOOLS:
+        elif isinstance(kind, str) and kind in HOSTED_TOOLS:
             if kind not in _logged:
                 _logged.add(kind)
                 log.info("hosted tool %r is left out of the model's tools: a local engine cannot run it", kind)
         else:
             raise bad_request(f"only function tools (also inside a namespace) are supported, got {kind!r}",
                               param=f"tools.{i}.type")
-    names = Counter(tool.get("name") for _, tool in declared)
+    # A name that is not a string is left for the function's own validation to refuse.
+    names = Counter(name for _, tool in declared if isinstance(name := tool.get("name"), str))
     table = ToolTable()
     for namespace, tool in declared:
         name = tool.get("name")
-        shown = f"{namespace}.{name}" if namespace and names[name] > 1 else name
+        shown = f"{namespace}.{name}" if namespace and isinstance(name, str) and names[name] > 1 else name
         if isinstance(shown, str):
             table.owners[shown] = (namespace, name)
         table.chat_tools.append(_function({**tool, "name": shown}))

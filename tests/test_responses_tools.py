@@ -12,7 +12,7 @@ import pytest
 from app.responses_tools import tool_table
 from tests.test_api_adapters import FN_TOOL
 from tests.test_responses_store import Scripted, prompt_of
-from tests.test_server_common import modeled_service, running
+from tests.test_server_common import assert_error, modeled_service, running
 
 # The body Codex CLI 0.171.0 (`codex exec`, a custom provider with wire_api = "responses") posted,
 # captured on the wire; only its long texts are cut short.
@@ -70,3 +70,15 @@ def test_a_codex_cli_request_is_served_as_its_agent(server):
     assert events[-1]["response"]["store"] is False  # Codex sends store: false
     metrics = httpx.get(f"{server.url}/metrics").text
     assert f'agent="{body["prompt_cache_key"]}"' in metrics  # its session is the agent
+
+
+@pytest.mark.parametrize("tool, param", [
+    ({"type": {"function": True}}, "tools.0.type"),
+    ({"type": ["function"]}, "tools.0.type"),
+    ({"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": {"a": 1}}]}, None),
+])
+def test_a_tool_type_or_name_that_is_no_string_is_a_400(server, tool, param):
+    # Found by the fuzzer in CI: both went into a set lookup and answered 500.
+    answer = httpx.post(f"{server.url}/v1/responses", json={"input": "hi", "tools": [tool]}, timeout=30)
+    error = assert_error(answer, 400, param=param)
+    assert error["type"] == "invalid_request_error" and ("type" in error["param"] or "name" in error["param"])
