@@ -19,8 +19,9 @@ the rotation, so a change is measured against what came before it in the same al
 --busy-cores N runs N processes that each keep a core busy during every round, each in a session of
 its own like any other program on the desktop: how each server copes with a neighbour on its CPUs.
 
---peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default turns
-it off on a CPU, so that column separates what the kernel choice is worth from the rest.
+--peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default picks
+the kernel its probe timed faster on this CPU (runtime.flash_attn_probe), so where that is the plain
+path this column separates what the kernel choice is worth from the rest.
 
 llama-server must come from the llama.cpp tree vendored in the installed llama-cpp-python's sdist,
 so both run the same kernels; `benchmarks/build_llama_server.sh` builds it. llama_cpp.server needs
@@ -95,7 +96,7 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
         # The same serve command run from another checkout (python -m puts the working directory first).
         commands[f"swarm-panel@{checkout.name}"] = commands["swarm-panel"]
     if args.peer_fa_off:
-        # swarm-panel's auto turns flash attention off on a CPU; this shows what that choice alone is worth.
+        # Where swarm-panel's probe kept the plain path, this shows what that choice alone is worth.
         commands["llama-server-fa-off"] = [*commands["llama-server"], "-fa", "off"]
     if importlib.util.find_spec("sse_starlette") and importlib.util.find_spec("starlette_context"):
         commands["llama_cpp.server"] = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
