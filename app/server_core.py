@@ -101,6 +101,16 @@ class ServerCore:
             )
         return facts
 
+    def _context_holds(self, engine: Engine, limit: int) -> str:
+        """How much context a request may have, and, where split KV is what caps it, how to give it more:
+        coding agents' first prompts (Codex's 9k tokens, Claude Code's 21k) pass a lane's default share."""
+        described = engine.describe()
+        n_ctx = self.service.settings.n_ctx
+        if described.get("kv_unified") is False and limit == engine.max_context and limit < n_ctx:
+            return (f"each lane's context holds {limit} (split KV: n_ctx {n_ctx} over {described.get('max_lanes')} "
+                    "lanes); a bigger --n-ctx, a smaller --max-batch or --kv-unified gives a request more")
+        return f"the context holds {limit}"
+
     def router(self, thread: EngineThread) -> OutputRouter:
         """The router carrying this engine thread's outputs onto the running loop (one per pair)."""
         loop = asyncio.get_running_loop()
@@ -196,7 +206,7 @@ class ServerCore:
         limit = min(engine.max_context, thread.snapshot().kv_budget)
         room = limit - len(prompt_ids)
         if room < 1:
-            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; the context holds {limit}",
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, limit)}",
                               param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
                               code="context_length_exceeded")
         max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, room)

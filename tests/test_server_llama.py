@@ -94,3 +94,17 @@ def test_hang_up_mid_stream_frees_the_llama_kv(llama):
         assert max(service.engine.lane_kv_positions()) > 0
     wait_until(lambda: idle(service), timeout=10, what="the aborted request's lane")
     wait_until(lambda: max(service.engine.lane_kv_positions()) == -1, timeout=10, what="llama.cpp KV to be freed")
+
+
+def test_a_prompt_past_a_split_lanes_share_says_how_to_give_it_more(tiny_model_path):
+    from app.service import SwarmService
+    from tests.test_server_common import assert_error, running, settings
+
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, max_batch=4, threads=1,
+                                    kv_unified=False, extra_buffers="off", flash_attn="off"))
+    with running(service) as srv:
+        answer = httpx.post(f"{srv.url}/v1/completions", json={"prompt": [20 + i % 300 for i in range(600)], "max_tokens": 1},
+                            timeout=30)
+        error = assert_error(answer, 400, code="context_length_exceeded", param="prompt")
+        assert "each lane's context holds 256 (split KV: n_ctx 1024 over 4 lanes)" in error["message"]
+        assert "--max-batch" in error["message"] and "--kv-unified" in error["message"]
