@@ -196,20 +196,6 @@ async def with_heartbeat(events: AsyncIterator[bytes], every_s: float,
             await aclose()
 
 
-async def relayed_with_heartbeat(chunks: AsyncIterator[bytes], every_s: float, beat: bytes) -> AsyncIterator[bytes]:
-    """Raw event-stream bytes from another server, with `beat` whenever `every_s` pass without any, but
-    only where an event has ended: a raw chunk may stop in the middle of one."""
-    quiet = object()
-    tail = b"\n\n"
-    async for chunk in with_heartbeat(chunks, every_s, lambda: quiet):
-        if chunk is quiet:
-            if tail.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")):
-                yield beat
-            continue
-        tail = (tail + chunk)[-4:]
-        yield chunk
-
-
 def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
     """One server-sent event; `event` names it, as the Responses and Anthropic streams do."""
     head = f"event: {event}\n".encode() if event else b""
