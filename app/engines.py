@@ -68,6 +68,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
         max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256) if unified else max_lanes,
         kv_unified=unified,
+        # A layout the user did not choose gives way to a request that needs more than a lane's share.
+        widens=o.kv_unified is None,
         n_ctx=o.n_ctx,
         n_batch=o.n_batch,
         n_gpu_layers=o.n_gpu_layers,

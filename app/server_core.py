@@ -203,16 +203,20 @@ class ServerCore:
             if bad:
                 raise bad_request(f"logit_bias names token {bad[0]}, outside the vocabulary (0..{n_vocab - 1})",
                                   param="logit_bias")
-        limit = min(engine.max_context, thread.snapshot().kv_budget)
+        budget = thread.snapshot().kv_budget
+        limit = min(thread.max_context, budget)
         room = limit - len(prompt_ids)
         if room < 1:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, limit)}",
                               param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
                               code="context_length_exceeded")
-        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, room)
+        # A max_tokens the server chooses (or cuts) keeps to a lane's context where the prompt fits one:
+        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout.
+        context = engine.max_context if len(prompt_ids) < min(engine.max_context, budget) else limit
+        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, min(context, budget) - len(prompt_ids))
         if fit_max_tokens:
-            held = thread.snapshot().kv_budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
-            max_tokens = max(1, min(max_tokens, engine.max_context - len(prompt_ids), held))
+            held = budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
+            max_tokens = max(1, min(max_tokens, context - len(prompt_ids), held))
         try:
             sampling = SamplingParams(
                 max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,

@@ -79,7 +79,8 @@ class Settings(BaseSettings):
     kv_unified: bool | None = Field(
         None, description="One KV pool every lane may fill, sharing a common prefix's cells; off gives each lane its "
         "own n_ctx/max_batch share (llama-server's layout), whose attention walks only its own cells; none chooses: "
-        f"split whenever each lane's share is at least {SPLIT_KV_MIN_LANE_TOKENS} tokens")
+        f"split whenever each lane's share is at least {SPLIT_KV_MIN_LANE_TOKENS} tokens, turning unified (live "
+        "requests recompute) the first time one request needs more than a lane's share")
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")

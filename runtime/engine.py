@@ -124,6 +124,10 @@ class EngineCaps:
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
     # cached sequences then stay within the width, so the ids in use are low and gap-free.
     consecutive_ids: bool = False
+    # The context one request may reach once the engine `widen`s its layout (split KV that was a
+    # default becoming unified), when a request needs more than max_context; 0: it never widens. An
+    # engine that widens has `widen(why)`, called between steps with every sequence given up.
+    widens_to: int = 0
 
 
 class EngineLoadError(RuntimeError):

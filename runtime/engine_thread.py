@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
-from runtime.engine import Engine
+from runtime.engine import Engine, EngineError
 from runtime.engine_loop import EngineLoop
-from runtime.limits import checked_config
+from runtime.limits import RequestRejected, check_fits, checked_config
 from runtime.metrics import MetricsAggregator
 from runtime.request import Request, RequestOutput
 from runtime.scheduler import Scheduler
@@ -147,11 +147,27 @@ class EngineThread:
 
         return unsubscribe
 
+    @property
+    def max_context(self) -> int:
+        """The longest sequence one request may reach: past a lane's share where the engine widens."""
+        caps = self.scheduler.caps
+        return max(caps.max_context, caps.widens_to)
+
     def submit(self, request: Request) -> None:
-        """Queues a request; raises RequestRejected at once if it could never run."""
+        """Queues a request; raises RequestRejected at once if it could never run. One that fits only
+        once the engine widens its KV layout has the engine widen first."""
         if self._stopping:
             raise EngineUnavailable("the engine is shutting down")
-        self.scheduler.check_fits(request.num_prompt_tokens, request.sampling.max_tokens)
+        scheduler = self.scheduler
+        prompt, max_tokens = request.num_prompt_tokens, request.sampling.max_tokens
+        try:
+            scheduler.check_fits(prompt, max_tokens)
+        except RequestRejected:
+            caps = scheduler.caps
+            if not caps.widens_to:
+                raise
+            check_fits(prompt, max_tokens, replace(caps, max_context=caps.widens_to), scheduler.kv_budget)
+            self._post("widen", f"a request of {prompt + max_tokens:,} tokens")
         self._post("add", request)
 
     def abort(self, request_id: int) -> None:
@@ -188,6 +204,8 @@ class EngineThread:
                     self._enqueue(item, posted)
                 elif kind == "abort":
                     outputs += self.scheduler.abort(item, now)
+                elif kind == "widen":
+                    self._widen(item)
                 else:
                     outputs += self.scheduler.reconfigure(item, now)
             except ValueError as exc:
@@ -196,6 +214,28 @@ class EngineThread:
                 else:
                     log.warning("ignored %s: %s", kind, exc)
         self.loop.deliver(outputs)
+
+    def _widen(self, why: str) -> None:
+        """The engine turns its KV layout unified; a new scheduler, sized by its new caps, takes over
+        every request, the live ones recomputing. Once only: later requests find it done."""
+        if not self.scheduler.caps.widens_to:
+            return
+        old = self.scheduler
+        try:
+            self.engine.widen(why)
+        except EngineError as exc:
+            # The split context is back: the request that needed more is refused when it is queued.
+            log.error("%s", exc)
+        except Exception:  # no context at all: the steps fail their requests, as a broken engine's do
+            log.exception("the engine broke while changing its KV layout")
+        scheduler = Scheduler.for_engine(old.config, self.engine)
+        live = old.num_running
+        with self._lock:
+            scheduler.take_over(old)
+            self.scheduler = self.loop.scheduler = scheduler
+        log.info("the new KV layout took over %d live requests (recomputing) and %d waiting", live,
+                 len(scheduler.waiting) - live)
+        self.loop.output.max_context = self.engine.max_context
 
     def _enqueue(self, request: Request, posted: float) -> None:
         """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""

@@ -13,6 +13,9 @@ shared system prompt into another agent's stream) takes the source's state throu
 (`SequenceMemory.copy_across`). Live and cached sequences share the max_lanes ids, so the scheduler
 evicts a cached one before a new lane needs its id (`max_sequences`, `consecutive_ids`).
 
+A split layout that was a default, not a choice, turns unified (`widen`) for the first request longer
+than a stream: a new context on the loaded model, every sequence dropped for the scheduler to recompute.
+
 Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence beside the KV, which
 cannot be cut back or copied in part: runtime.llama_memory does every memory operation by model
 kind, and the engine keeps recurrent-state checkpoints (`checkpoints`) after rows marked for one,
@@ -148,6 +151,7 @@ class LlamaEngine:
         checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET,
         park_cached: bool = True,
         park_budget_bytes: int = DEFAULT_PARK_BUDGET,
+        widens: bool = False,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -155,7 +159,7 @@ class LlamaEngine:
         # request_id of a finished request -> the cache sequence id holding its prefix.
         self._cached: dict[int, int] = {}
         # Unified KV: finished sequences kept for reuse wait in host RAM instead (runtime.kv_parking).
-        self.parks_cached = kv_unified and park_cached
+        self._park_cached = park_cached
         self._parked = ParkedSequences(park_budget_bytes)
         # cache seq id -> leading tokens whose cells it shares with another sequence.
         self._cache_shared: dict[int, int] = {}
@@ -163,6 +167,52 @@ class LlamaEngine:
         max_seqs = llama_cpp.llama_max_parallel_sequences()
         if not 1 <= max_lanes <= max_seqs:
             raise ValueError(f"max_lanes must be within 1..{max_seqs}, got {max_lanes}")
+        self.max_lanes = max_lanes
+        n_seq_max = self._set_layout(kv_unified, cache_slots)
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        if flash_attn not in FLASH_ATTN:
+            raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {flash_attn!r}")
+        if n_batch < 1 or n_ctx < 1:
+            raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
+        self._n_ctx, self._n_batch = n_ctx, n_batch
+        self._checkpoint_budget = checkpoint_budget_bytes
+        # Split KV chosen by default, not asked for: one request longer than a lane's share turns the
+        # context unified (`widen`) instead of being refused.
+        self.widens = widens and not kv_unified
+        self.n_threads = n_threads or default_threads(n_gpu_layers, leave_a_core)
+        # With no count asked for, a CPU run's threads follow the cores other processes leave free.
+        self._governor = thread_governor(self.n_threads) if n_threads is None and on_cpu(n_gpu_layers) else None
+        self.kv_type, self.n_gpu_layers = kv_type, n_gpu_layers
+        self.flash_attn = resolve_flash_attn(flash_attn, n_gpu_layers, kv_type)
+        self.flash_attn_reason = flash_attn_reason
+        # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
+        # logits on some CPUs; off unless the caller has probed this machine (runtime.extra_buffers_probe).
+        self.extra_buffers = extra_buffers
+        self.extra_buffers_reason = extra_buffers_reason
+        self.note = note
+        self.copies_prefixes = True
+        self._model = self._load_model(n_gpu_layers)
+        try:
+            self.memory_kind = memory_kind(self._model)
+            self._open_context(n_seq_max)
+            self.layout_note = "unified KV" if kv_unified else f"split KV ({self.max_context} tokens a lane)"
+            self.vocab = LlamaVocab(self._model)
+            # Where a chat message ends (`<|im_end|>`): the first one closes the shared system prompt.
+            self.turn_end_tokens = self.vocab.eog_tokens
+            self._chat_template = chat_template(self._model)
+            self._formatters: dict[bool, Jinja2ChatFormatter] = {}
+            self._facts = self._read_facts()
+            self.name: str = self._facts["name"]
+            if self._governor is not None:
+                self._governor.start(time.monotonic())
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_layout(self, kv_unified: bool, cache_slots: int | None) -> int:
+        """The sequence ids a layout has; returns llama.cpp's n_seq_max for it."""
+        max_lanes, max_seqs = self.max_lanes, llama_cpp.llama_max_parallel_sequences()
         if not kv_unified:
             # Each sequence gets its own stream of n_ctx / n_seq_max cells, cached ones included; a
             # cached sequence keeps the stream its lane had, so no ids are set aside for the cache.
@@ -177,65 +227,71 @@ class LlamaEngine:
                 raise ValueError(f"cache_slots must be within 0..{max_seqs - max_lanes} beside {max_lanes} lanes, "
                                  f"got {cache_slots}")
             n_seq_max = max_lanes + cache_slots
-        if kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
-        if flash_attn not in FLASH_ATTN:
-            raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {flash_attn!r}")
-        if n_batch < 1 or n_ctx < 1:
-            raise ValueError(f"n_batch and n_ctx must be positive, got {n_batch} and {n_ctx}")
-        self.n_threads = n_threads or default_threads(n_gpu_layers, leave_a_core)
-        # With no count asked for, a CPU run's threads follow the cores other processes leave free.
-        self._governor = thread_governor(self.n_threads) if n_threads is None and on_cpu(n_gpu_layers) else None
-        self.kv_type, self.n_gpu_layers = kv_type, n_gpu_layers
-        self.flash_attn = resolve_flash_attn(flash_attn, n_gpu_layers, kv_type)
-        self.flash_attn_reason = flash_attn_reason
-        # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
-        # logits on some CPUs; off unless the caller has probed this machine (runtime.extra_buffers_probe).
-        self.extra_buffers = extra_buffers
-        self.extra_buffers_reason = extra_buffers_reason
-        self.note = note
-        self.max_lanes = max_lanes
-        self.max_cached_sequences = cache_slots
         self.kv_unified = kv_unified
-        # Live plus cached sequences the engine holds at once, and whether a prefix can be copied.
+        self.parks_cached = kv_unified and self._park_cached
+        self.max_cached_sequences = cache_slots
+        # Live plus cached sequences the engine holds at once.
         self.max_sequences = n_seq_max
-        self.copies_prefixes = True
-        self._model = self._load_model(n_gpu_layers)
+        return n_seq_max
+
+    def _open_context(self, n_seq_max: int) -> None:
+        """A context for the layout set, and everything sized by it."""
+        self._ctx = self._new_context(n_seq_max, self._n_ctx, self._n_batch)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.checkpoints = None if self.memory_kind == ATTENTION else CheckpointStore(self._checkpoint_budget)
+        self._memory = SequenceMemory(self._ctx, self.memory_kind, self.checkpoints)
+        # llama.cpp allocates a recurrent state per sequence id up front, outside n_ctx's KV cells:
+        # it takes nothing from the KV budget.
+        self.sequence_state_tokens = 0
+        # Unified KV: every sequence may use the whole context, and all of them share it. Split KV:
+        # each sequence has its own share, and attends over only its own cells.
+        self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
+        self.max_context = llama_cpp.llama_n_ctx_seq(self._ctx)
+        # llama.cpp clamps n_batch to n_ctx.
+        self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
+        self._free_seq_ids = list(range(self.max_lanes))
+        first_cache_id = self.max_lanes
+        self._free_cache_ids = (list(range(first_cache_id, first_cache_id + self.max_cached_sequences))
+                                if self.kv_unified else [])
+        # Split KV: what a llama_decode call costs here, fitted as the engine runs, and how many
+        # steps it has run as more than one call.
+        self.call_cost = CallCost(max_saving_cells=(self.max_lanes - 1) * self.max_context)
+        self.split_steps = 0
+        self._token_batch = TokenBatch(self.max_step_tokens)
+        self._batch = self._token_batch.batch
+
+    def widen(self, why: str) -> None:
+        """Split KV becomes one unified pool, for a request longer than a lane's share: a new context
+        on the loaded model (the weights stay where they are), with every sequence dropped, so the
+        caller recomputes whoever was live. Where llama.cpp cannot make it (memory), the split context
+        comes back and EngineError says why."""
+        self._require_open()
+        if not self.widens:
+            raise EngineError("this engine's KV layout was chosen, not defaulted: it does not widen")
+        started = time.perf_counter()
+        self._drop_sequences()
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+        split_slots = self.max_cached_sequences
+        self.widens = False
         try:
-            self._ctx = self._new_context(n_seq_max, n_ctx, n_batch)
-            self._mem = llama_cpp.llama_get_memory(self._ctx)
-            self.memory_kind = memory_kind(self._model)
-            self.checkpoints = None if self.memory_kind == ATTENTION else CheckpointStore(checkpoint_budget_bytes)
-            self._memory = SequenceMemory(self._ctx, self.memory_kind, self.checkpoints)
-            # llama.cpp allocates a recurrent state per sequence id up front, outside n_ctx's KV cells:
-            # it takes nothing from the KV budget.
-            self.sequence_state_tokens = 0
-            self.vocab = LlamaVocab(self._model)
-            # Where a chat message ends (`<|im_end|>`): the first one closes the shared system prompt.
-            self.turn_end_tokens = self.vocab.eog_tokens
-            # Unified KV: every sequence may use the whole context, and all of them share it. Split KV:
-            # each sequence has its own share, and attends over only its own cells.
-            self.kv_capacity = llama_cpp.llama_n_ctx(self._ctx)
-            self.max_context = llama_cpp.llama_n_ctx_seq(self._ctx)
-            # llama.cpp clamps n_batch to n_ctx.
-            self.max_step_tokens = llama_cpp.llama_n_batch(self._ctx)
-            self._free_seq_ids = list(range(max_lanes))
-            self._free_cache_ids = list(range(max_lanes, max_lanes + cache_slots)) if kv_unified else []
-            # Split KV: what a llama_decode call costs here, fitted as the engine runs, and how many
-            # steps it has run as more than one call.
-            self.call_cost = CallCost(max_saving_cells=(max_lanes - 1) * self.max_context)
-            self.split_steps = 0
-            self._token_batch = TokenBatch(self.max_step_tokens)
-            self._batch = self._token_batch.batch
-            self._chat_template = chat_template(self._model)
-            self._formatters: dict[bool, Jinja2ChatFormatter] = {}
-            self._facts = self._read_facts()
-            self.name: str = self._facts["name"]
-            if self._governor is not None:
-                self._governor.start(time.monotonic())
-        except BaseException:
-            self.close()
-            raise
+            self._open_context(self._set_layout(True, None))
+        except ModelLoadError as exc:
+            log.error("could not turn the KV unified (%s); keeping split KV", exc)
+            self._open_context(self._set_layout(False, split_slots))
+            raise EngineError(f"the KV could not be made unified for a longer request: {exc}") from None
+        self.layout_note = f"unified KV (widened from split for {why})"
+        log.info("KV layout: %s; context %d tokens for one request (new context in %.2f s)", self.layout_note,
+                 self.max_context, time.perf_counter() - started)
+        self._facts = self._read_facts()
+
+    def _drop_sequences(self) -> None:
+        for lane in self._lanes.values():
+            _close_sampler(lane)
+        self._lanes.clear()
+        self._cached.clear()
+        self._parked.clear()
+        self._cache_shared.clear()
 
     # ----- loading -----
 
@@ -278,6 +334,7 @@ class LlamaEngine:
             cache_slots=self.max_cached_sequences,
             kv_type=self.kv_type,
             kv_unified=self.kv_unified,
+            kv_layout=self.layout_note,
             flash_attn=self.flash_attn,
             flash_attn_reason=self.flash_attn_reason,
             n_gpu_layers=self.n_gpu_layers,
@@ -297,7 +354,8 @@ class LlamaEngine:
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
                           self.sequence_state_tokens, self.turn_end_tokens,
                           parked=self._parked if self.parks_cached else None,
-                          consecutive_ids=not self.kv_unified)
+                          consecutive_ids=not self.kv_unified,
+                          widens_to=self.kv_capacity if self.widens else 0)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
@@ -354,11 +412,7 @@ class LlamaEngine:
             self.n_threads = threads
 
     def close(self) -> None:
-        for lane in self._lanes.values():
-            _close_sampler(lane)
-        self._lanes.clear()
-        self._cached.clear()
-        self._parked.clear()
+        self._drop_sequences()
         # The batch's arrays are numpy's, freed with the TokenBatch.
         self._batch = None
         if self._ctx:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from operator import attrgetter
 
 from runtime.admission import fill_free_lanes
 from runtime.agent_service import AgentService
@@ -156,6 +157,20 @@ class Scheduler:
         if not config.prefix_cache:
             self.drop_prefix_cache()
         return self._take_outputs()
+
+    def take_over(self, old: Scheduler) -> None:
+        """Takes on everything an old scheduler queued or ran, on an engine that dropped every
+        sequence (a relayout): live requests recompute from their first token, oldest first and ahead
+        of the waiting ones, as preempted requests do; padding lanes and cached prefixes are gone."""
+        self.service, self.stats, self.num_steps = old.service, old.stats, old.num_steps
+        for lane in sorted(old.lanes.live(), key=attrgetter("admitted_seq")):
+            request = lane.request
+            request.num_computed_tokens = 0
+            request.num_preemptions += 1
+            request.status = RequestStatus.WAITING
+            self.waiting.append(request)
+        self.waiting.extend(old.waiting)
+        old.waiting.clear()
 
     def drop_prefix_cache(self) -> None:
         """Releases every cached sequence (live ones are untouched)."""

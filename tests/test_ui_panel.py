@@ -280,7 +280,7 @@ def test_the_engine_panel_loads_a_gguf_with_split_kv_and_shows_it(qtbot, no_user
         assert blocker.args[0] is None
         assert service.engine.kv_unified is False and service.settings.kv_unified is False
         shown = panel.shown_facts()
-        assert shown.get("unified KV") == "no"
+        assert shown.get("KV layout", "").startswith("split KV")
         win.save_settings()
         assert win.store is None or win.store.get("kv_unified") is False
     finally:

@@ -41,20 +41,21 @@ LAYOUTS = (
 LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen live, and agents share a system "
               "prompt's cells. Split: each lane gets a fixed share of the context and attends over its own cells "
               "only, which is faster; a lane keeps its agent's conversation for the next turn, and a shared "
-              "system prompt is copied, not recomputed. Auto: split whenever each lane's share is a useful context.")
+              "system prompt is copied, not recomputed. Auto: split whenever each lane's share is a useful context, turning unified (live requests "
+              "recompute) the first time one request needs more than a lane's share.")
 FACT_LABELS = {
     "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
     "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
     "kv_capacity_tokens": "KV capacity (tokens)", "step_line": "cost model", "architecture": "architecture",
     "file_size_bytes": "file size", "max_lanes": "lanes", "n_gpu_layers": "GPU layers",
-    "kv_unified": "unified KV", "flash_attn": "flash attention", "memory_kind": "memory",
+    "kv_layout": "KV layout", "flash_attn": "flash attention", "memory_kind": "memory",
     "checkpoints": "checkpoints",
     "checkpoint_bytes": "checkpoint memory", "n_threads": "threads", "extra_buffers_reason": "extra buffers",
 }
 
 
 # Facts with long values get a row of their own.
-WIDE_FACTS = ("name", "extra_buffers_reason")
+WIDE_FACTS = ("name", "kv_layout", "extra_buffers_reason")
 
 
 def _format(key: str, value: Any) -> str:

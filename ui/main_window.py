@@ -95,6 +95,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._knobs_note = ""
         self._ticks = 0
         self._step_line: StepLine | None = None
+        self._kv_layout: str | None = None
         self.refresh_seconds: list[float] = []
 
         self.controls = SchedulerControls(self.apply_scheduler)
@@ -265,9 +266,11 @@ class MainWindow(QtWidgets.QMainWindow):
         # No fit yet (a naive batch runs at one width): the modeled card's own line.
         self.feed.ceiling_per_batch = partial(ceiling_tok_s, measured=measured, line=line or model_line)
         max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
+        facts = self.service.describe() if self.service.loaded else None
         self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line,
-                                 measured.get(max_batch),
-                                 threads_note(self.service.describe()) if self.service.loaded else "")
+                                 measured.get(max_batch), threads_note(facts) if facts else "")
+        if facts:
+            self._follow_layout(facts)
         self.cache_panel.update_from(snapshot)
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()
@@ -280,6 +283,19 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.agent_view.agent is None and rows:  # something to watch from the first request on
             self.agent_view.show_agent(rows[0].agent)
         self.last_snapshot = snapshot
+
+    def _follow_layout(self, facts: dict) -> None:
+        """The default split KV turns unified for a request longer than a lane's share: the facts, a
+        marker on the plots and the engine panel's status line say so when it happens."""
+        layout = facts.get("kv_layout")
+        if layout == self._kv_layout:
+            return
+        if self._kv_layout is not None and layout:
+            self.feed.mark("KV unified")
+            self.engine_panel.show_facts(facts)
+            self.engine_panel.status.setText("Loaded. The KV turned unified for a request longer than a lane's "
+                                             "share; the requests live then recomputed their KV.")
+        self._kv_layout = layout
 
     def _refresh_fleet_slow(self) -> None:
         """The gateway's figures where the embedded engine's would be; its policy can change over HTTP too."""
@@ -377,6 +393,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._step_line = None
         facts = self.service.describe()
         self.engine_panel.show_facts(facts)
+        self._kv_layout = facts.get("kv_layout")
         self.launcher.suit_engine(writes_real_text(facts))
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,

@@ -110,6 +110,11 @@ class StepFeed:
             t = (time.monotonic() if now is None else now) - self.t0
             self.markers.append(Marker(t, self.lanes.count, ", ".join(parts)))
 
+    def mark(self, label: str, now: float | None = None) -> None:
+        """Marks an engine event that no step records (a KV layout change)."""
+        t = (time.monotonic() if now is None else now) - self.t0
+        self.markers.append(Marker(t, self.lanes.count, label))
+
     # -- figures ---------------------------------------------------------------------------------
 
     def window(self, start: float, end: float) -> dict[str, float]:
