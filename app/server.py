@@ -119,8 +119,8 @@ def create_app(service: SwarmService) -> FastAPI:
                 raise bad_request(f"prompt token ids must be within {top}", param="prompt")
             prompt_ids = list(prompt)
             echo = engine.detokenize(prompt_ids) if body.echo else ""
-        run = server.start_completion(engine, thread, body, prompt_ids, agent_of(body.user, request),
-                                      priority_of(request))
+        run = await server.start_completion(engine, thread, body, prompt_ids, agent_of(body.user, request),
+                                            priority_of(request))
         model_id = server.facts(engine).model_id
         response_id = f"cmpl-{uuid.uuid4().hex}"
         with_logprobs = body.top_logprobs_count is not None

@@ -173,12 +173,13 @@ class ServerCore:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def submit_choices(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                       agent: str, asked: str | None = None, grammar: str | None = None,
-                       priority: int | None = None, fit_max_tokens: bool = False) -> list[RequestHandle]:
+    async def submit_choices(self, engine: Engine, thread: EngineThread, body: SamplingRequest,
+                             prompt_ids: list[int], agent: str, asked: str | None = None, grammar: str | None = None,
+                             priority: int | None = None, fit_max_tokens: bool = False) -> list[RequestHandle]:
         """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
+        await self.widen_for(engine, thread, body, prompt_ids, fit_max_tokens)
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
@@ -190,6 +191,42 @@ class ServerCore:
                 self.service.inflight.exit(agent)
             raise
         return handles
+
+    def max_tokens(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                   fit_max_tokens: bool) -> int:
+        """The request's max_tokens, or a 400 where its prompt leaves the context no room."""
+        budget = thread.snapshot().kv_budget
+        limit = min(thread.max_context, budget)
+        if limit - len(prompt_ids) < 1:
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, limit)}",
+                              param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
+                              code="context_length_exceeded")
+        # A max_tokens the server chooses (or cuts) keeps to a lane's context where the prompt fits one:
+        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout.
+        context = engine.max_context if len(prompt_ids) < min(engine.max_context, budget) else limit
+        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, min(context, budget) - len(prompt_ids))
+        if fit_max_tokens:
+            held = budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
+            max_tokens = max(1, min(max_tokens, context - len(prompt_ids), held))
+        return max_tokens
+
+    async def widen_for(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                        fit_max_tokens: bool) -> None:
+        """A request longer than a lane's share of the default split KV: the engine widens its layout
+        (between two steps) before the request is queued, so that a widening llama.cpp cannot make
+        (memory, on a card) is a 400 here, in the API's shape, like any request the context cannot hold."""
+        max_tokens = self.max_tokens(engine, thread, body, prompt_ids, fit_max_tokens)
+        try:
+            pending = thread.widen_for(len(prompt_ids), max_tokens)
+        except RequestRejected:
+            return  # refused with its reason when it is submitted
+        if pending is None:
+            return
+        failure = await asyncio.wrap_future(pending)
+        if failure is not None:
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {max_tokens}; "
+                              f"{self._context_holds(engine, engine.max_context)}, and {failure}",
+                              code="context_length_exceeded")
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
                agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
@@ -203,20 +240,7 @@ class ServerCore:
             if bad:
                 raise bad_request(f"logit_bias names token {bad[0]}, outside the vocabulary (0..{n_vocab - 1})",
                                   param="logit_bias")
-        budget = thread.snapshot().kv_budget
-        limit = min(thread.max_context, budget)
-        room = limit - len(prompt_ids)
-        if room < 1:
-            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, limit)}",
-                              param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
-                              code="context_length_exceeded")
-        # A max_tokens the server chooses (or cuts) keeps to a lane's context where the prompt fits one:
-        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout.
-        context = engine.max_context if len(prompt_ids) < min(engine.max_context, budget) else limit
-        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, min(context, budget) - len(prompt_ids))
-        if fit_max_tokens:
-            held = budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
-            max_tokens = max(1, min(max_tokens, context - len(prompt_ids), held))
+        max_tokens = self.max_tokens(engine, thread, body, prompt_ids, fit_max_tokens)
         try:
             sampling = SamplingParams(
                 max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
@@ -267,18 +291,19 @@ class ServerCore:
         parsers = [ReplyParser(facts.tool_format if declared is not None else None, declared,
                                body.parallel_tool_calls is not False, facts.think, thinking) for _ in range(body.n)]
         asked = last_user_text([m.for_template() for m in body.messages])
-        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar, priority_of(request),
-                                      fit_max_tokens)
+        handles = await self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar,
+                                            priority_of(request), fit_max_tokens)
         return ChatRun(handles, parsers, on_close=lambda _: self.service.inflight.exit(agent))
 
-    def start_completion(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                         agent: str, priority: int | None = None) -> ChatRun:
+    async def start_completion(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                               agent: str, priority: int | None = None) -> ChatRun:
         grammar = None
         if body.grammar is not None:
             require_constraints(engine, "a grammar", "grammar")
             check_grammar(body.grammar)
             grammar = body.grammar
-        handles = self.submit_choices(engine, thread, body, prompt_ids, agent, grammar=grammar, priority=priority)
+        handles = await self.submit_choices(engine, thread, body, prompt_ids, agent, grammar=grammar,
+                                            priority=priority)
         return ChatRun(handles, [ReplyParser() for _ in handles], on_close=lambda _: self.service.inflight.exit(agent))
 
     def scheduler_state(self, thread: EngineThread) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from runtime.clock import RealClock
@@ -86,6 +87,8 @@ class EngineThread:
         self._pending_adds = 0
         self._snapshot = self._take_snapshot()
         self.error_count = 0
+        # Why the engine could not widen its KV layout, once it tried and could not.
+        self._widen_failure: str | None = None
 
     # -- called from any thread ----------------------------------------------------------------
 
@@ -153,21 +156,31 @@ class EngineThread:
         caps = self.scheduler.caps
         return max(caps.max_context, caps.widens_to)
 
+    def widen_for(self, num_prompt_tokens: int, max_tokens: int) -> Future[str | None] | None:
+        """Where a request fits only once the engine widens its KV layout, has it widen at the next step
+        boundary and returns a future of the outcome (None, or why it could not); None where the
+        request fits as it is. Raises RequestRejected where it could never fit."""
+        if self._stopping:
+            raise EngineUnavailable("the engine is shutting down")
+        scheduler = self.scheduler
+        try:
+            scheduler.check_fits(num_prompt_tokens, max_tokens)
+            return None
+        except RequestRejected:
+            caps = scheduler.caps
+            if not caps.widens_to:
+                raise
+            check_fits(num_prompt_tokens, max_tokens, replace(caps, max_context=caps.widens_to), scheduler.kv_budget)
+        outcome: Future[str | None] = Future()
+        self._post("widen", (f"a request of {num_prompt_tokens + max_tokens:,} tokens", outcome))
+        return outcome
+
     def submit(self, request: Request) -> None:
         """Queues a request; raises RequestRejected at once if it could never run. One that fits only
         once the engine widens its KV layout has the engine widen first."""
         if self._stopping:
             raise EngineUnavailable("the engine is shutting down")
-        scheduler = self.scheduler
-        prompt, max_tokens = request.num_prompt_tokens, request.sampling.max_tokens
-        try:
-            scheduler.check_fits(prompt, max_tokens)
-        except RequestRejected:
-            caps = scheduler.caps
-            if not caps.widens_to:
-                raise
-            check_fits(prompt, max_tokens, replace(caps, max_context=caps.widens_to), scheduler.kv_budget)
-            self._post("widen", f"a request of {prompt + max_tokens:,} tokens")
+        self.widen_for(request.num_prompt_tokens, request.sampling.max_tokens)
         self._post("add", request)
 
     def abort(self, request_id: int) -> None:
@@ -205,7 +218,8 @@ class EngineThread:
                 elif kind == "abort":
                     outputs += self.scheduler.abort(item, now)
                 elif kind == "widen":
-                    self._widen(item)
+                    why, outcome = item
+                    outcome.set_result(self._widen(why))
                 else:
                     outputs += self.scheduler.reconfigure(item, now)
             except ValueError as exc:
@@ -215,19 +229,22 @@ class EngineThread:
                     log.warning("ignored %s: %s", kind, exc)
         self.loop.deliver(outputs)
 
-    def _widen(self, why: str) -> None:
+    def _widen(self, why: str) -> str | None:
         """The engine turns its KV layout unified; a new scheduler, sized by its new caps, takes over
-        every request, the live ones recomputing. Once only: later requests find it done."""
+        every request, the live ones recomputing. Once only: later requests find it done. Returns why
+        it could not, or None."""
         if not self.scheduler.caps.widens_to:
-            return
+            return self._widen_failure
         old = self.scheduler
         try:
             self.engine.widen(why)
         except EngineError as exc:
-            # The split context is back: the request that needed more is refused when it is queued.
+            # The split context is back: requests that need more are refused.
             log.error("%s", exc)
-        except Exception:  # no context at all: the steps fail their requests, as a broken engine's do
+            self._widen_failure = str(exc)
+        except Exception as exc:  # no context at all: the steps fail their requests, as a broken engine's do
             log.exception("the engine broke while changing its KV layout")
+            self._widen_failure = f"the engine broke while changing its KV layout: {exc}"
         scheduler = Scheduler.for_engine(old.config, self.engine)
         live = old.num_running
         with self._lock:
@@ -236,6 +253,7 @@ class EngineThread:
         log.info("the new KV layout took over %d live requests (recomputing) and %d waiting", live,
                  len(scheduler.waiting) - live)
         self.loop.output.max_context = self.engine.max_context
+        return self._widen_failure
 
     def _enqueue(self, request: Request, posted: float) -> None:
         """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""

@@ -14,7 +14,7 @@ import pytest
 
 from app.service import SwarmService
 from runtime.engine import EngineError
-from runtime.llama_engine import LlamaEngine
+from runtime.llama_engine import LlamaEngine, ModelLoadError
 from tests.test_responses_tools import CODEX_REQUEST
 from tests.test_server_common import running, settings, wait_until
 
@@ -148,3 +148,30 @@ def test_only_a_defaulted_layout_widens(tiny_model_path):
         caps = engine.caps
         assert (caps.max_context, caps.widens_to, caps.consecutive_ids) == (8192, 0, False)
         assert caps.max_cached_sequences == 2 and caps.parked is not None
+
+
+def test_a_widening_llama_cpp_cannot_make_keeps_split_and_fails_only_the_long_request(tiny_model_path,
+                                                                                      monkeypatch):
+    """Where the unified context cannot be made (memory, on a card), the split one comes back: the
+    request that needed more gets a clear error, the live one recomputes and ends as it would have."""
+    service = _service(tiny_model_path)
+    with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
+                                                   timeout=60) as client:
+        engine = service.engine
+        make = engine._new_context
+
+        def refuse_unified(n_seq_max, n_ctx, n_batch):
+            if engine.kv_unified:
+                raise ModelLoadError("cannot load model with n_ctx=8192: out of device memory (test)")
+            return make(n_seq_max, n_ctx, n_batch)
+
+        monkeypatch.setattr(engine, "_new_context", refuse_unified)
+        expected = _greedy(client, SHORT, 40)
+        with pytest.raises(openai.BadRequestError) as caught:
+            _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
+        message = caught.value.body["message"]
+        assert caught.value.body["code"] == "context_length_exceeded"
+        assert "each lane's context holds 4096" in message and "out of device memory (test)" in message
+        assert service.describe()["kv_layout"] == "split KV (4096 tokens a lane)"
+        assert service.engine_thread.scheduler.caps.widens_to == 0
+        assert _greedy(client, SHORT, 40) == expected
