@@ -202,8 +202,10 @@ class ServerCore:
                               param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
                               code="context_length_exceeded")
         # A max_tokens the server chooses (or cuts) keeps to a lane's context where the prompt fits one:
-        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout.
-        context = engine.max_context if len(prompt_ids) < min(engine.max_context, budget) else limit
+        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout,
+        # or keeps a widened one from narrowing.
+        lane = thread.lane_context
+        context = lane if len(prompt_ids) < min(lane, budget) else limit
         max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, min(context, budget) - len(prompt_ids))
         if fit_max_tokens:
             held = budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens

@@ -106,7 +106,8 @@ class SwarmService:
             self.load_error = None
             self._engine = engine
             self.metrics.reset()
-            self._thread = EngineThread(engine, s.scheduler_config(self._scheduler), self.metrics)
+            self._thread = EngineThread(engine, s.scheduler_config(self._scheduler), self.metrics,
+                                        narrow_after_s=s.kv_narrow_after_s or None)
             self._thread.start()
 
     def stop(self) -> None:

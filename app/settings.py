@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         "own n_ctx/max_batch share (llama-server's layout), whose attention walks only its own cells; none chooses: "
         f"split whenever each lane's share is at least {SPLIT_KV_MIN_LANE_TOKENS} tokens, turning unified (live "
         "requests recompute) the first time one request needs more than a lane's share")
+    kv_narrow_after_s: float = Field(
+        300, ge=0, le=86_400, description="A default split KV that turned unified for a long request turns split "
+        "again once no request has needed more than a lane's share for this long (live requests recompute, cached "
+        "prefixes go); 0 keeps it unified until the model loads again")
 
     max_waiting: int = Field(256, ge=1, le=100_000, description="Queued requests beyond which the server answers 503")
     max_body_bytes: int = Field(4 << 20, ge=1024, le=1 << 30, description="Largest request body accepted")

@@ -16,6 +16,9 @@ CPU swarm-panel serves its F16 copy of that model by default, so every server ge
 --checkout DIR adds swarm-panel served from another checkout (a worktree of an older commit, say) to
 the rotation, so a change is measured against what came before it in the same alternating rounds.
 
+--ours-variant NAME=FLAGS adds swarm-panel served with those extra flags as swarm-panel-NAME, so a
+setting the default does not choose (--kv-unified, say) is measured in the same rounds.
+
 --busy-cores N runs N processes that each keep a core busy during every round, each in a session of
 its own like any other program on the desktop: how each server copes with a neighbour on its CPUs.
 
@@ -36,6 +39,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import socket
 import statistics
@@ -95,6 +99,8 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     for checkout in args.checkout:
         # The same serve command run from another checkout (python -m puts the working directory first).
         commands[f"swarm-panel@{checkout.name}"] = commands["swarm-panel"]
+    for name, flags in args.ours_variant:
+        commands[f"swarm-panel-{name}"] = [*commands["swarm-panel"], *flags]
     if args.peer_fa_off:
         # Where swarm-panel's probe kept the plain path, this shows what that choice alone is worth.
         commands["llama-server-fa-off"] = [*commands["llama-server"], "-fa", "off"]
@@ -183,6 +189,13 @@ def cached_share(report: dict) -> float:
     return report["cached_tokens"] / report["prompt_tokens"] if report["prompt_tokens"] else 0.0
 
 
+def variant(text: str) -> tuple[str, list[str]]:
+    name, sep, flags = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=FLAGS, got {text!r}")
+    return name, shlex.split(flags)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-server", type=Path, required=True)
@@ -216,6 +229,9 @@ def main() -> int:
                         help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
     parser.add_argument("--peer-arg", action="append", default=[],
                         help="extra flag for llama-server (repeatable), e.g. --peer-arg=--kv-unified")
+    parser.add_argument("--ours-variant", type=variant, action="append", default=[], metavar="NAME=FLAGS",
+                        help="also run swarm-panel serve with these flags as swarm-panel-NAME (repeatable), "
+                             "e.g. --ours-variant 'unified=--kv-unified'")
     parser.add_argument("--peer-fa-off", action="store_true",
                         help="also run llama-server with flash attention off (llama-server-fa-off)")
     parser.add_argument("--checkout", type=Path, action="append", default=[],
@@ -227,6 +243,8 @@ def main() -> int:
     model = args.model or (resolve_model(None)[0] if args.real_agents else ensure_demo_model())
     eog = eog_tokens(model)
     results: dict[str, list[dict]] = {}
+    names = [name for name in server_commands(args, model, 0) if not args.only or name in args.only]
+    width = max([17, *map(len, names)])
     for round_index in range(args.rounds):
         port = free_port()
         for name, command in server_commands(args, model, port).items():
@@ -234,7 +252,7 @@ def main() -> int:
                 continue
             report = run_round(name, command, port, args, eog)
             results.setdefault(name, []).append(report)
-            print(f"round {round_index + 1} {name:<17} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
+            print(f"round {round_index + 1} {name:<{width}} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
                   f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms"
                   f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  turn p50 {report['latency_p50'] or 0:5.1f} s"
                   f"  p95 {report['latency_p95'] or 0:5.1f} s  cached {cached_share(report):4.0%}"
@@ -260,11 +278,11 @@ def main() -> int:
         p50 = statistics.median(r["latency_p50"] or 0 for r in runs)
         p95 = statistics.median(r["latency_p95"] or 0 for r in runs)
         cached = statistics.median(cached_share(r) for r in runs)
-        print(f"{name:<17} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s  cached {cached:4.0%}{ratio}")
+        print(f"{name:<{width}} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s  cached {cached:4.0%}{ratio}")
         if args.long_prompt_tokens:
             ttft = statistics.median(r["short_prompts"]["ttft_p95"] or 0 for r in runs)
             turn = statistics.median(r["short_prompts"]["latency_p95"] or 0 for r in runs)
-            print(f"{'':<17} beside the long prompt: TTFT p95 {1e3 * ttft:6.0f} ms  turn p95 {turn:5.1f} s")
+            print(f"{'':<{width}} beside the long prompt: TTFT p95 {1e3 * ttft:6.0f} ms  turn p95 {turn:5.1f} s")
     if args.json:
         print(json.dumps({"median_tok_s": summary, "runs": results}))
     return 0

@@ -128,6 +128,9 @@ class EngineCaps:
     # default becoming unified), when a request needs more than max_context; 0: it never widens. An
     # engine that widens has `widen(why)`, called between steps with every sequence given up.
     widens_to: int = 0
+    # A layout widened so can turn back (`narrow(why)`, likewise between steps) to lanes of this
+    # context, once no request needs more; 0: it was not widened.
+    narrows_to: int = 0
 
 
 class EngineLoadError(RuntimeError):

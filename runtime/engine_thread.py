@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
@@ -27,6 +28,10 @@ from runtime.scheduler import Scheduler
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.1
+# A widened KV layout turns split again after this long with no request that needs more than a lane:
+# about the gap an agent leaves between turns (a coding agent resends its long prompt every turn), as
+# hosted APIs keep a prompt cache warm for five minutes.
+NARROW_AFTER_S = 300.0
 
 
 class EngineUnavailable(RuntimeError):
@@ -65,6 +70,7 @@ class EngineThread:
         engine: Engine,
         config: SchedulerConfig,
         metrics: MetricsAggregator | None = None,
+        narrow_after_s: float | None = NARROW_AFTER_S,
     ) -> None:
         self.engine = engine
         self.metrics = metrics or MetricsAggregator()
@@ -89,6 +95,10 @@ class EngineThread:
         self.error_count = 0
         # Why the engine could not widen its KV layout, once it tried and could not.
         self._widen_failure: str | None = None
+        # None: a widened layout stays unified.
+        self.narrow_after_s = narrow_after_s
+        # Clock time a request that needs more than a lane's share was last seen (arriving, queued or live).
+        self._long_seen = 0.0
 
     # -- called from any thread ----------------------------------------------------------------
 
@@ -156,6 +166,13 @@ class EngineThread:
         caps = self.scheduler.caps
         return max(caps.max_context, caps.widens_to)
 
+    @property
+    def lane_context(self) -> int:
+        """A lane's share of the default split KV, also while it is widened; what a max_tokens the
+        server chooses keeps to, so that ordinary requests neither widen it nor keep it wide."""
+        caps = self.scheduler.caps
+        return caps.narrows_to or caps.max_context
+
     def widen_for(self, num_prompt_tokens: int, max_tokens: int) -> Future[str | None] | None:
         """Where a request fits only once the engine widens its KV layout, has it widen at the next step
         boundary and returns a future of the outcome (None, or why it could not); None where the
@@ -163,6 +180,8 @@ class EngineThread:
         if self._stopping:
             raise EngineUnavailable("the engine is shutting down")
         scheduler = self.scheduler
+        if 0 < scheduler.caps.narrows_to < num_prompt_tokens + max_tokens:
+            self._long_seen = self.clock.now()
         try:
             scheduler.check_fits(num_prompt_tokens, max_tokens)
             return None
@@ -231,20 +250,45 @@ class EngineThread:
 
     def _widen(self, why: str) -> str | None:
         """The engine turns its KV layout unified; a new scheduler, sized by its new caps, takes over
-        every request, the live ones recomputing. Once only: later requests find it done. Returns why
-        it could not, or None."""
+        every request, the live ones recomputing. Later requests find it done. Returns why it could
+        not, or None."""
         if not self.scheduler.caps.widens_to:
             return self._widen_failure
+        self._long_seen = self.clock.now()
+        self._widen_failure = self._relayout(self.engine.widen, why)
+        return self._widen_failure
+
+    def _narrow_when_quiet(self) -> None:
+        """A widened layout turns split again once no request has needed more than a lane's share for
+        narrow_after_s: in unified KV every live token's attention walks every sequence's cells."""
+        share = self.scheduler.caps.narrows_to
+        if not share or self.narrow_after_s is None:
+            return
+        now = self.clock.now()
+        if now - self._long_seen < self.narrow_after_s:
+            return
+        s = self.scheduler
+        if any(r.num_prompt_tokens + r.sampling.max_tokens > share
+               for r in chain((lane.request for lane in s.lanes.live()), s.waiting)):
+            self._long_seen = now
+            return
+        self._relayout(self.engine.narrow, f"after {self.narrow_after_s:g} s with no request longer than a lane")
+
+    def _relayout(self, change: Callable[[str], None], why: str) -> str | None:
+        """The engine changes its KV layout (`widen` or `narrow`), dropping every sequence; a new
+        scheduler sized by its caps takes over every request, the live ones recomputing. Returns why
+        the engine could not change, or None."""
         old = self.scheduler
+        failure = None
         try:
-            self.engine.widen(why)
+            change(why)
         except EngineError as exc:
-            # The split context is back: requests that need more are refused.
+            # The old layout is back: requests are sized by it as before.
             log.error("%s", exc)
-            self._widen_failure = str(exc)
+            failure = str(exc)
         except Exception as exc:  # no context at all: the steps fail their requests, as a broken engine's do
             log.exception("the engine broke while changing its KV layout")
-            self._widen_failure = f"the engine broke while changing its KV layout: {exc}"
+            failure = f"the engine broke while changing its KV layout: {exc}"
         scheduler = Scheduler.for_engine(old.config, self.engine)
         live = old.num_running
         with self._lock:
@@ -253,10 +297,14 @@ class EngineThread:
         log.info("the new KV layout took over %d live requests (recomputing) and %d waiting", live,
                  len(scheduler.waiting) - live)
         self.loop.output.max_context = self.engine.max_context
-        return self._widen_failure
+        return failure
 
     def _enqueue(self, request: Request, posted: float) -> None:
         """Moves a posted request into the scheduler's queue, as one change for num_waiting's readers."""
+        caps, total = self.scheduler.caps, request.num_prompt_tokens + request.sampling.max_tokens
+        if caps.widens_to and total > caps.max_context:
+            # The layout narrowed between this request's check and now: it widens again first.
+            self._widen(f"a request of {total:,} tokens")
         with self._lock:
             self._pending_adds -= 1
             self.scheduler.add(request, posted)
@@ -264,6 +312,7 @@ class EngineThread:
     def _run(self) -> None:
         while not self._stopping:
             self._drain_inbox()
+            self._narrow_when_quiet()
             try:
                 stats = self.loop.step()
             except Exception as exc:  # a bug or a broken engine must not strand the clients

@@ -15,6 +15,7 @@ evicts a cached one before a new lane needs its id (`max_sequences`, `consecutiv
 
 A split layout that was a default, not a choice, turns unified (`widen`) for the first request longer
 than a stream: a new context on the loaded model, every sequence dropped for the scheduler to recompute.
+Once no request has needed more for a while, it turns split again (`narrow`) the same way.
 
 Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence beside the KV, which
 cannot be cut back or copied in part: runtime.llama_memory does every memory operation by model
@@ -180,6 +181,9 @@ class LlamaEngine:
         # Split KV chosen by default, not asked for: one request longer than a lane's share turns the
         # context unified (`widen`) instead of being refused.
         self.widens = widens and not kv_unified
+        # A widened layout's lane share, to turn back to (`narrow`); 0 until it widens.
+        self.narrows_to = 0
+        self._split_slots = cache_slots
         self.n_threads = n_threads or default_threads(n_gpu_layers, leave_a_core)
         # With no count asked for, a CPU run's threads follow the cores other processes leave free.
         self._governor = thread_governor(self.n_threads) if n_threads is None and on_cpu(n_gpu_layers) else None
@@ -263,24 +267,45 @@ class LlamaEngine:
     def widen(self, why: str) -> None:
         """Split KV becomes one unified pool, for a request longer than a lane's share: a new context
         on the loaded model (the weights stay where they are), with every sequence dropped, so the
-        caller recomputes whoever was live. Where llama.cpp cannot make it (memory), the split context
-        comes back and EngineError says why."""
-        self._require_open()
+        caller recomputes whoever was live. Where llama.cpp cannot make it (memory, on a card), the
+        split context comes back and EngineError says why."""
         if not self.widens:
             raise EngineError("this engine's KV layout was chosen, not defaulted: it does not widen")
+        # Once tried, never again: a card short of memory once is short of it each time.
+        self.widens = False
+        lane = self.max_context
+        self._relayout(True, None, f"unified KV (widened from split for {why})",
+                       "the KV could not be made unified for a longer request")
+        self.narrows_to = lane
+
+    def narrow(self, why: str) -> None:
+        """A widened layout turns split again, once no request needs more than a lane's share: every
+        live token's attention then walks only its own lane's cells. Like `widen`, every sequence is
+        dropped for the caller to recompute; it may widen again later."""
+        if not self.narrows_to:
+            raise EngineError("this engine's KV was not widened from split: it has no split layout to go back to")
+        # Where the split context cannot come back, the unified one stays for good.
+        lane, self.narrows_to = self.narrows_to, 0
+        self._relayout(False, self._split_slots, f"split KV ({lane} tokens a lane; back from unified {why})",
+                       "the KV could not be made split again")
+        self.widens = True
+
+    def _relayout(self, kv_unified: bool, cache_slots: int | None, note: str, failure: str) -> None:
+        """A new context in another layout on the loaded model, every sequence dropped; where llama.cpp
+        cannot make it, the old layout comes back and EngineError says why."""
+        self._require_open()
         started = time.perf_counter()
+        before = (self.kv_unified, self.max_cached_sequences)
         self._drop_sequences()
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
-        split_slots = self.max_cached_sequences
-        self.widens = False
         try:
-            self._open_context(self._set_layout(True, None))
+            self._open_context(self._set_layout(kv_unified, cache_slots))
         except ModelLoadError as exc:
-            log.error("could not turn the KV unified (%s); keeping split KV", exc)
-            self._open_context(self._set_layout(False, split_slots))
-            raise EngineError(f"the KV could not be made unified for a longer request: {exc}") from None
-        self.layout_note = f"unified KV (widened from split for {why})"
+            log.error("%s (%s); keeping the layout it had", failure, exc)
+            self._open_context(self._set_layout(*before))
+            raise EngineError(f"{failure}: {exc}") from None
+        self.layout_note = note
         log.info("KV layout: %s; context %d tokens for one request (new context in %.2f s)", self.layout_note,
                  self.max_context, time.perf_counter() - started)
         self._facts = self._read_facts()
@@ -355,7 +380,7 @@ class LlamaEngine:
                           self.sequence_state_tokens, self.turn_end_tokens,
                           parked=self._parked if self.parks_cached else None,
                           consecutive_ids=not self.kv_unified,
-                          widens_to=self.kv_capacity if self.widens else 0)
+                          widens_to=self.kv_capacity if self.widens else 0, narrows_to=self.narrows_to)
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,

@@ -15,6 +15,7 @@ import pytest
 from app.service import SwarmService
 from runtime.engine import EngineError
 from runtime.llama_engine import LlamaEngine, ModelLoadError
+from runtime.request import Request, SamplingParams
 from tests.test_responses_tools import CODEX_REQUEST
 from tests.test_server_common import running, settings, wait_until
 
@@ -175,3 +176,117 @@ def test_a_widening_llama_cpp_cannot_make_keeps_split_and_fails_only_the_long_re
         assert service.describe()["kv_layout"] == "split KV (4096 tokens a lane)"
         assert service.engine_thread.scheduler.caps.widens_to == 0
         assert _greedy(client, SHORT, 40) == expected
+
+
+def test_a_widened_layout_narrows_back_and_can_widen_again(tiny_model_path):
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
+                     flash_attn="off") as engine:
+        assert engine.caps.narrows_to == 0
+        with pytest.raises(EngineError):
+            engine.narrow("a test")
+        engine.widen("a test")
+        assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)
+        engine.narrow("after a test")
+        caps = engine.caps
+        assert (caps.max_context, caps.widens_to, caps.narrows_to, caps.consecutive_ids) == (4096, 8192, 0, True)
+        assert caps.max_cached_sequences == 2 and caps.parked is None
+        assert engine.describe()["kv_layout"] == "split KV (4096 tokens a lane; back from unified after a test)"
+        engine.widen("another test")
+        assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)
+
+
+def _stream(client: openai.OpenAI, messages, max_tokens: int, reply: dict, started: threading.Event,
+            after: int = 10) -> None:
+    stream = client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
+                                            stream=True, extra_body=NO_EOS, stream_options={"include_usage": True})
+    parts = []
+    for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+            reply["finish"] = chunk.choices[0].finish_reason or reply.get("finish")
+            if len(parts) >= after:
+                started.set()
+        if chunk.usage:
+            reply["tokens"] = chunk.usage.completion_tokens
+    reply["text"] = "".join(parts)
+
+
+def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path, caplog):
+    """Once no request has needed more than a lane for the quiet period, the layout turns split between
+    two steps: the live stream recomputes on its lane and ends with the tokens a fresh server gives."""
+    caplog.set_level(logging.INFO, logger="runtime.engine_thread")
+    service = _service(arch_model_path)
+    with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
+                                                   timeout=120) as client:
+        thread = service.engine_thread
+        _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
+        assert service.describe()["kv_unified"] is True and thread.narrow_after_s == 300
+        reply: dict[str, object] = {}
+        started = threading.Event()
+        short = threading.Thread(target=_stream, args=(client, SHORT, REPLY_TOKENS, reply, started))
+        short.start()
+        assert started.wait(60), "the short request never streamed"
+        thread.narrow_after_s = 0.0  # the quiet period has passed
+        short.join(120)
+        assert reply["tokens"] == REPLY_TOKENS and reply["finish"] == "length"
+        described = service.describe()
+        assert described["kv_unified"] is False
+        assert described["kv_layout"].startswith("split KV (4096 tokens a lane; back from unified after 0 s")
+        took_over = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+        assert took_over[-1] == "the new KV layout took over 1 live requests (recomputing) and 0 waiting"
+        assert len(took_over) == 2
+        assert (service.engine.max_context, thread.scheduler.caps.widens_to) == (4096, 8192)
+
+    fresh = _service(arch_model_path, kv_unified=False, prefix_cache=False)
+    with running(fresh) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
+                                                 timeout=120) as client:
+        assert _greedy(client, SHORT, REPLY_TOKENS)[0] == reply["text"]
+
+
+def test_a_long_request_keeps_the_layout_wide_until_it_ends(tiny_model_path):
+    """Narrowing waits for every request that needs more than a lane (live or queued); after it, a
+    request with no max_tokens keeps to a lane, and the next long one widens again."""
+    service = _service(tiny_model_path)
+    with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
+                                                   timeout=120) as client:
+        thread = service.engine_thread
+        long_messages = [{"role": "user", "content": _long_prompt(service, 5000)}]
+        reply: dict[str, object] = {}
+        started = threading.Event()
+        long = threading.Thread(target=_stream, args=(client, long_messages, 300, reply, started, 5))
+        long.start()
+        assert started.wait(60), "the long request never streamed"
+        thread.narrow_after_s = 0.0
+        layouts = []
+        while long.is_alive():
+            layouts.append(service.describe()["kv_unified"])
+            long.join(0.05)
+        assert reply["tokens"] == 300 and set(layouts) == {True}
+        wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split")
+        # After a widening, a max_tokens the server chooses still keeps to a lane.
+        thread.narrow_after_s = 300.0
+        _greedy(client, long_messages, 4)
+        assert service.describe()["kv_unified"] is True
+        plain = client.chat.completions.create(model="m", messages=SHORT, temperature=0, max_tokens=None,
+                                               extra_body=NO_EOS)
+        assert plain.usage.completion_tokens == 4096 - plain.usage.prompt_tokens
+        thread.narrow_after_s = 0.0
+        wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split again")
+        _greedy(client, long_messages, 4)
+        assert service.describe()["kv_unified"] is True
+
+
+def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path):
+    """Between a long request's check and its arrival in the queue the layout may have turned split: it
+    widens again rather than refusing a request it accepted."""
+    service = _service(tiny_model_path, kv_narrow_after_s=0)
+    with running(service):
+        thread = service.engine_thread
+        assert thread.narrow_after_s is None
+        done = []
+        prompt = [1] + [100 + i % 50 for i in range(5000)]
+        request = Request(prompt, SamplingParams(max_tokens=4, ignore_eos=True), listener=done.append)
+        thread._post("add", request)  # as if its check had passed on the unified layout
+        wait_until(lambda: bool(done) and done[-1].finished, what="the long request to end")
+        assert done[-1].error is None and request.num_output_tokens == 4
+        assert service.describe()["kv_unified"] is True

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.peer_servers import SCALED_LENGTHS, swarm_config
+import pytest
+
+from benchmarks.peer_servers import SCALED_LENGTHS, server_commands, swarm_config, variant
 
 
 def _args(**given) -> argparse.Namespace:
@@ -47,3 +49,15 @@ def test_fixed_lengths_with_requests_run_each_agents_requests_to_their_end():
 def test_one_agent_can_send_long_prompts_beside_the_fixed_lengths():
     config = swarm_config(_args(long_prompt_tokens=500), "http://127.0.0.1:1", (2,))
     assert config.long_prompt_tokens == 500 and config.prompt_tokens == 32 and config.seconds == 60.0
+
+
+def test_a_variant_runs_the_same_serve_command_with_its_flags(tmp_path):
+    args = _args(llama_server=tmp_path / "llama-server", threads=None, n_ctx=32768, ours_arg=[], peer_arg=[],
+                 checkout=[], peer_fa_off=False, ours_variant=[variant("unified=--kv-unified --cache-slots 4")])
+    commands = server_commands(args, tmp_path / "m.gguf", 8080)
+    assert commands["swarm-panel-unified"] == [*commands["swarm-panel"], "--kv-unified", "--cache-slots", "4"]
+
+
+def test_a_variant_needs_a_name_and_flags():
+    with pytest.raises(argparse.ArgumentTypeError):
+        variant("--kv-unified")

@@ -20,7 +20,7 @@ SERVE_SPELLINGS = {
     "--prefill-chunk": "64", "--kv-budget": "4096", "--admission-wait": "0.5", "--n-ctx": "1024",
     "--n-batch": "128", "--n-gpu-layers": "-1", "--kv-type": "q8_0", "--flash-attn": "on", "--threads": "2",
     "--checkpoint-budget-mb": "8", "--extra-buffers": "off", "--max-waiting": "9", "--max-body-bytes": "2048",
-    "--max-prompt-chars": "100",
+    "--max-prompt-chars": "100", "--kv-narrow-after-s": "60",
 }
 # HTTP clients of an endpoint: their --api-key and --model are what they send, not the server's settings.
 CLIENT_COMMANDS = ("swarm", "chaos")

@@ -42,7 +42,8 @@ LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen 
               "prompt's cells. Split: each lane gets a fixed share of the context and attends over its own cells "
               "only, which is faster; a lane keeps its agent's conversation for the next turn, and a shared "
               "system prompt is copied, not recomputed. Auto: split whenever each lane's share is a useful context, turning unified (live requests "
-              "recompute) the first time one request needs more than a lane's share.")
+              "recompute) when one request needs more than a lane's share, and split again once none has "
+              "for a while (--kv-narrow-after-s).")
 FACT_LABELS = {
     "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
     "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
@@ -253,7 +254,11 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.load.setEnabled(True)
         self.unload.setEnabled(True)
         while self.facts.count():
-            self.facts.takeAt(0).widget().deleteLater()
+            # Hidden at once: deleteLater waits for the event loop, and a grab or paint before it would
+            # show the old facts under the new ones.
+            old = self.facts.takeAt(0).widget()
+            old.hide()
+            old.deleteLater()
         if not loaded:
             self.status.setText("No engine loaded." + (f" {facts['error']}" if facts and facts.get("error") else ""))
             self.warning.setText("")

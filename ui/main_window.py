@@ -285,16 +285,22 @@ class MainWindow(QtWidgets.QMainWindow):
         self.last_snapshot = snapshot
 
     def _follow_layout(self, facts: dict) -> None:
-        """The default split KV turns unified for a request longer than a lane's share: the facts, a
-        marker on the plots and the engine panel's status line say so when it happens."""
+        """The default split KV turns unified for a request longer than a lane's share, and split again
+        once none has needed more for a while: the facts, a marker on the plots and the engine panel's
+        status line say so when it happens."""
         layout = facts.get("kv_layout")
         if layout == self._kv_layout:
             return
         if self._kv_layout is not None and layout:
-            self.feed.mark("KV unified")
             self.engine_panel.show_facts(facts)
-            self.engine_panel.status.setText("Loaded. The KV turned unified for a request longer than a lane's "
-                                             "share; the requests live then recomputed their KV.")
+            if facts.get("kv_unified"):
+                self.feed.mark("KV unified")
+                why = "unified for a request longer than a lane's share"
+            else:
+                self.feed.mark("KV split")
+                why = "split again: no request had needed more than a lane's share for a while"
+            self.engine_panel.status.setText(f"Loaded. The KV turned {why}; the requests live then recomputed "
+                                             "their KV.")
         self._kv_layout = layout
 
     def _refresh_fleet_slow(self) -> None:
