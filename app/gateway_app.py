@@ -13,10 +13,12 @@ routing), GET /v1/models (the first backend that is up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
 
+import anyio
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -35,7 +37,7 @@ from app.gateway_prom import build_gateway_registry
 from app.gateway_request import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
 from app.prom import CONTENT_TYPE, render
 from app.settings import Settings
-from app.streaming import KEEPALIVE, EventStreamResponse, unless_hung_up
+from app.streaming import KEEPALIVE, EventStreamResponse, relayed_with_heartbeat, unless_hung_up
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,12 @@ def _error_message(body: bytes) -> str:
     return body[:200].decode(errors="replace") or "no body"
 
 
+def _beat(path: str) -> bytes:
+    """A keep-alive in the stream's own shape. A relayed Responses stream gets a comment, not a repeated
+    response.in_progress, whose sequence number would clash with the backend's."""
+    return PING if path.endswith("/messages") else KEEPALIVE
+
+
 def _error_event(path: str, message: str) -> bytes:
     if path.endswith("/messages"):  # Anthropic's stream error shape
         data = {"type": "error", "error": {"type": "api_error", "message": message}}
@@ -77,21 +85,24 @@ class Forwarder:
         await self.client.aclose()
 
     async def forward(self, request: Request, path: str, inbound: Inbound) -> Response:
-        """Relays the request to the backend admitted. A streamed request still queued after a heartbeat
-        gets its stream at once, with keep-alives until a backend answers (as a backend sends them itself
-        while it computes), so the client's idle watchdog does not give up on the queue."""
+        """Relays the request to the backend admitted. A streamed request with no answer after a heartbeat,
+        still queued here or sent to a backend that has yet to answer, gets its stream at once, and any
+        stream quiet for a heartbeat gets keep-alives: llama-server and vLLM send nothing while a prompt
+        waits or computes, and the client's idle watchdog would give up and resend it."""
         every_s = self.heartbeat_s() if inbound.stream else 0.0
-        acquiring = asyncio.ensure_future(self.gateway.acquire(inbound))
+        answering = asyncio.ensure_future(self._admit_and_send(request, path, inbound))
         try:
-            await unless_hung_up(request.receive, asyncio.wait({acquiring}, timeout=every_s or None))
+            await unless_hung_up(request.receive, asyncio.wait({answering}, timeout=every_s or None))
         except BaseException:
-            acquiring.cancel()
+            answering.cancel()
             raise
-        if not acquiring.done():
-            return EventStreamResponse(self._queued(request, path, inbound, acquiring, every_s),
-                                       on_close=acquiring.cancel)
-        upstream, lease = await unless_hung_up(request.receive, self._send(request, path, inbound, acquiring.result()))
-        return await self._relay(request, path, lease, upstream)
+        if not answering.done():
+            return EventStreamResponse(self._late(path, answering, every_s), on_close=answering.cancel)
+        upstream, lease = answering.result()
+        return await self._relay(request, path, lease, upstream, every_s)
+
+    async def _admit_and_send(self, request: Request, path: str, inbound: Inbound) -> tuple[httpx.Response, Lease]:
+        return await self._send(request, path, inbound, await self.gateway.acquire(inbound))
 
     async def _send(self, request: Request, path: str, inbound: Inbound, lease: Lease) -> tuple[httpx.Response, Lease]:
         """Sends to the lease's backend; one that refuses the connection is left for another."""
@@ -122,25 +133,26 @@ class Forwarder:
                                headers={"Retry-After": "2"})
             lease = await gateway.acquire(inbound, lease.ticket)
 
-    async def _queued(self, request: Request, path: str, inbound: Inbound, acquiring: asyncio.Future[Lease],
-                      every_s: float) -> AsyncIterator[bytes]:
-        """The stream of a request admitted late: keep-alives while it waits, then the backend's stream, or
+    async def _late(self, path: str, answering: asyncio.Future[tuple[httpx.Response, Lease]],
+                    every_s: float) -> AsyncIterator[bytes]:
+        """The stream of a request answered late: keep-alives while it waits, then the backend's stream, or
         its error as an error event (the 200 is already sent)."""
-        beat = PING if path.endswith("/messages") else KEEPALIVE
-        while not acquiring.done():
-            await asyncio.wait({acquiring}, timeout=every_s)
-            if not acquiring.done():
+        beat = _beat(path)
+        while not answering.done():
+            await asyncio.wait({answering}, timeout=every_s)
+            if not answering.done():
                 yield beat
         try:
-            upstream, lease = await self._send(request, path, inbound, acquiring.result())
+            upstream, lease = answering.result()
         except APIError as exc:
             yield _error_event(path, exc.message)
             return
         content_type = upstream.headers.get("content-type", "")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
             try:
-                async for chunk in self._stream(path, lease, upstream):
-                    yield chunk
+                async with contextlib.aclosing(self._stream(path, lease, upstream, every_s)) as relayed:
+                    async for chunk in relayed:
+                        yield chunk
             finally:
                 self.gateway.release(lease)
             return
@@ -159,12 +171,13 @@ class Forwarder:
         return APIError(502, f"backend {label} failed mid-request ({type(exc).__name__}: {exc}); retry",
                         code="backend_failed")
 
-    async def _relay(self, request: Request, path: str, lease: Lease, upstream: httpx.Response) -> Response:
+    async def _relay(self, request: Request, path: str, lease: Lease, upstream: httpx.Response,
+                     every_s: float) -> Response:
         backend = lease.backend
         relay_headers = {"x-swarm-backend": backend.label}
         content_type = upstream.headers.get("content-type", "application/json")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
-            response = EventStreamResponse(self._stream(path, lease, upstream),
+            response = EventStreamResponse(self._stream(path, lease, upstream, every_s),
                                            on_close=lambda: self.gateway.release(lease))
             response.headers.update(relay_headers)
             return response
@@ -191,12 +204,14 @@ class Forwarder:
                 self.gateway.response_homes.note(stored, backend.label)
         return Response(body, status_code=upstream.status_code, media_type=content_type, headers=relay_headers)
 
-    async def _stream(self, path: str, lease: Lease, upstream: httpx.Response) -> AsyncIterator[bytes]:
+    async def _stream(self, path: str, lease: Lease, upstream: httpx.Response,
+                      every_s: float) -> AsyncIterator[bytes]:
         tap = UsageTap()
         backend = lease.backend
         noted = False
+        chunks = relayed_with_heartbeat(upstream.aiter_raw(), every_s, _beat(path))
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in chunks:
                 tap.feed(chunk)
                 if not noted and tap.response_id is not None:
                     # Noted at response.created, so a follow-up sent the moment the stream ends finds it.
@@ -209,8 +224,13 @@ class Forwarder:
             yield _error_event(path, f"backend {backend.label} failed mid-stream ({type(exc).__name__}); "
                                      "this response is incomplete, retry it")
         finally:
-            # On a hang-up this runs as the stream task is cancelled: closing drops the backend's request too.
-            await upstream.aclose()
+            # On a hang-up this runs as the stream is cancelled (Starlette's anyio scope cancels again at
+            # every await, hence the shield) or closed. The keep-alives' read of the backend, under way
+            # in a task of its own, ends first: closing the response while it reads would leave the
+            # backend's request running.
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+                await upstream.aclose()
             if tap.found is not None:
                 backend.note_response(*tap.found)
 

@@ -13,11 +13,13 @@ disconnect message arrives; a whole reply waits on that same message beside its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import anyio
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -188,12 +190,32 @@ async def with_heartbeat(events: AsyncIterator[bytes], every_s: float,
             yield chunk
             pending = asyncio.ensure_future(anext(source))
     finally:
-        if not pending.done():
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        # Shielded: a hang-up cancels through Starlette's anyio scope, which cancels this task again at
+        # every await, and closing `source` while the read under way has not ended would leave the
+        # other side's request running (a backend's, behind the gateway).
+        with anyio.CancelScope(shield=True):
+            if not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def relayed_with_heartbeat(chunks: AsyncIterator[bytes], every_s: float, beat: bytes) -> AsyncIterator[bytes]:
+    """Raw event-stream bytes from another server, with `beat` whenever `every_s` pass without any, but
+    only where an event has ended: a raw chunk may stop in the middle of one."""
+    quiet = object()
+    tail = b"\n\n"
+    # Closed with this one: its pending read of `chunks` must end before anyone closes their source.
+    async with contextlib.aclosing(with_heartbeat(chunks, every_s, lambda: quiet)) as beating:
+        async for chunk in beating:
+            if chunk is quiet:
+                if tail.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")):
+                    yield beat
+                continue
+            tail = (tail + chunk)[-4:]
+            yield chunk
 
 
 def sse(payload: dict[str, Any], event: str | None = None) -> bytes:

@@ -73,10 +73,10 @@ def wait_healthy(url: str, proc: Proc) -> None:
 
 
 @contextmanager
-def backend(model: Path, tmp: Path, name: str, max_batch: int = 4):
+def backend(model: Path, tmp: Path, name: str, max_batch: int = 4, *extra: str):
     port = free_port()
     proc = Proc(["serve", "--engine", "llama", "--model", str(model), "--port", str(port), "--threads", "1",
-                 "--max-batch", str(max_batch), "--n-ctx", "8192"], tmp, name)
+                 "--max-batch", str(max_batch), "--n-ctx", "8192", *extra], tmp, name)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)

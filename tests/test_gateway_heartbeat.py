@@ -1,8 +1,10 @@
-"""A streamed request queued at the gateway gets its stream at once, with keep-alives until a backend answers.
+"""A streamed request the gateway has no answer for yet gets its stream at once, with keep-alives.
 
-A real `swarm-panel serve` backend with one slot (the bundled model) and `swarm-panel gateway` in front:
-one long reply holds the slot, so the next streamed request waits in the gateway's queue, where
-nothing of the backend's own keep-alives reaches it.
+A real `swarm-panel serve` backend with one lane (the bundled model) and `swarm-panel gateway` in
+front. While one long reply holds the lane, the next streamed request waits in the gateway's queue,
+where nothing of the backend's own keep-alives reaches it. Or it waits
+while a backend that sends none (as llama-server and vLLM send none) computes a long prompt, and the
+gateway adds them to the relayed stream, between its events.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from app.streaming import KEEPALIVE
 from tests.gateway_fleet import backend, gateway
 from tests.test_server_common import wait_until
 
@@ -111,3 +114,42 @@ def test_a_client_leaving_a_queued_stream_leaves_the_queue_unsent(one_slot):
         wait_until(lambda: httpx.get(f"{one_slot}/health", timeout=5).json()["waiting"] == 0, what="queue left")
     wait_until(lambda: _inflight(one_slot) == 0, what="the slot freed")
     assert _forwarded(one_slot) == before + 1
+
+
+@pytest.fixture(scope="module")
+def quiet_backend(real_model_path, tmp_path_factory):
+    """A backend that sends no keep-alives of its own, as llama-server and vLLM send none."""
+    tmp = tmp_path_factory.mktemp("quiet_backend")
+    with backend(real_model_path, tmp, "backend", 1, "--stream-heartbeat-s", "0") as (url, _):
+        with gateway([url], tmp, "--stream-heartbeat-s", "0.1") as (gateway_url, _):
+            yield gateway_url
+
+
+def _long_prompt_stream(gateway_url: str, path: str, body: dict, word: str) -> list[bytes]:
+    """The raw events of a streamed request whose prompt (about 1,000 tokens, seconds on one thread)
+    keeps the backend quiet before its first token."""
+    prompt = " ".join(f"{word}{i % 50}" for i in range(400))
+    body = body | {"stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]}
+    with httpx.stream("POST", f"{gateway_url}{path}", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        seen = r.read()
+    return [e + b"\n\n" for e in seen.split(b"\n\n") if e]
+
+
+def test_a_chat_stream_quiet_while_a_backend_computes_its_prompt_gets_comments(quiet_backend):
+    events = _long_prompt_stream(quiet_backend, "/v1/chat/completions", {}, "apple")
+    data = [i for i, e in enumerate(events) if e.startswith(b"data: ")]
+    # The backend's first chunk (the role) goes out at once; its first token comes after the prompt.
+    assert events[data[0] + 1:data[1]].count(KEEPALIVE) >= 2
+    assert all(e == KEEPALIVE or e.startswith(b"data: ") and e.count(b"data: ") == 1 for e in events)
+    assert events[-1] == b"data: [DONE]\n\n"
+
+
+def test_a_messages_stream_quiet_after_message_start_gets_pings_between_its_events(quiet_backend):
+    events = _long_prompt_stream(quiet_backend, "/v1/messages", {"model": "m"}, "pear")
+    kinds = [e.split(b"\n", 1)[0].removeprefix(b"event: ") for e in events]
+    first_delta = kinds.index(b"content_block_delta")
+    assert kinds.index(b"message_start") < kinds.index(b"ping") < first_delta
+    assert kinds[:first_delta].count(b"ping") >= 2 and kinds[-1] == b"message_stop"
+    # Every event arrives whole: a ping never lands inside one of the backend's.
+    assert all(e.startswith(b"event: ") and e.count(b"\ndata: ") == 1 for e in events)

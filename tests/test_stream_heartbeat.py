@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from app.service import SwarmService
-from app.streaming import KEEPALIVE, with_heartbeat
+from app.streaming import KEEPALIVE, relayed_with_heartbeat, with_heartbeat
 from tests.test_server_common import running, settings, wait_until
 
 BEAT_S = 0.1
@@ -138,3 +138,39 @@ def test_a_queued_responses_stream_repeats_in_progress_in_sequence(one_lane):
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert types[-1] in ("response.completed", "response.incomplete")
     assert json.loads(events[-1].response.model_dump_json())["output"]
+
+
+def _relayed(chunks: list[bytes | float]) -> list[bytes]:
+    """What relayed_with_heartbeat makes of raw chunks, a float being a quiet pause of that many seconds."""
+    async def source():
+        for chunk in chunks:
+            if isinstance(chunk, float):
+                await asyncio.sleep(chunk)
+            else:
+                yield chunk
+
+    async def run() -> list[bytes]:
+        return [c async for c in relayed_with_heartbeat(source(), 0.05, b"BEAT")]
+
+    return asyncio.run(run())
+
+
+def test_a_relayed_stream_gets_beats_only_between_events():
+    out = _relayed([0.2, b"data: 1\n\n", 0.2, b"data: 2", 0.2, b"\n", 0.2, b"\n", 0.2, b"data: 3\r\n\r\n", 0.2])
+    text = b"".join(out)
+    assert text.replace(b"BEAT", b"") == b"data: 1\n\ndata: 2\n\ndata: 3\r\n\r\n"
+    assert text.startswith(b"BEATBEAT")
+    # Nothing lands inside event 2, however it is split, only after its blank line; CRLF ends an event too.
+    assert b"data: 2BEAT" not in text and b"data: 2\nBEAT" not in text
+    assert b"data: 1\n\nBEAT" in text and b"data: 2\n\nBEAT" in text and b"\r\n\r\nBEAT" in text
+
+
+def test_a_relayed_stream_gets_no_beats_when_turned_off():
+    async def run() -> list[bytes]:
+        async def source():
+            yield b"data: 1"
+            await asyncio.sleep(0.2)
+            yield b"\n\n"
+        return [c async for c in relayed_with_heartbeat(source(), 0, b"BEAT")]
+
+    assert asyncio.run(run()) == [b"data: 1", b"\n\n"]
