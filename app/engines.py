@@ -52,17 +52,19 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     if o.engine == "modeled":
         return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
     from runtime.extra_buffers_probe import decide_extra_buffers
-    from runtime.flash_attn_probe import decide_flash_attn
+    from runtime.flash_attn_probe import ProbeLayout, decide_flash_attn
     from runtime.llama_engine import LlamaEngine, ModelLoadError, on_cpu
 
     path, note = resolve_model(o.model, o.n_gpu_layers)
     if not path.is_file():
         raise ModelLoadError(f"cannot load model {path}: no such file")
     decision = decide_extra_buffers(path, o.extra_buffers)
-    attention = decide_flash_attn(path, o.flash_attn, cpu_only=on_cpu(o.n_gpu_layers), kv_type=o.kv_type,
-                                  extra_buffers=decision.enabled, n_threads=o.threads)
-    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, decision.reason, attention.reason)
     unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
+    # Timed in the layout the engine opens with; a widened one keeps the kernel (llama.cpp fixes it per context).
+    attention = decide_flash_attn(path, o.flash_attn, ProbeLayout(o.n_ctx, max_lanes, unified),
+                                  cpu_only=on_cpu(o.n_gpu_layers), kv_type=o.kv_type, extra_buffers=decision.enabled,
+                                  n_threads=o.threads)
+    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, decision.reason, attention.reason)
     return LlamaEngine(
         path,
         # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.

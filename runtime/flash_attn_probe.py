@@ -6,8 +6,12 @@ sequences over 1,000 tokens of the demo model (benchmarks/attention_cost.py) too
 and 68 ms without on one machine here (Intel, AMX), and 65 against 77 ms on another (AMD EPYC,
 AVX-512), where every prompt chunk was faster with it too. So on a CPU-only run with an F16 cache,
 "auto" times 8-lane decode steps both ways on the model itself, in alternating rounds, and keeps
-flash attention only where it is clearly faster. The verdict is remembered beside the extra-buffers
-one (runtime.extra_buffers_probe), so the probe runs once.
+flash attention only where it is clearly faster. The steps run in the KV layout the engine will serve
+with: the plain path's step grows with a split stream's cells, not only with those in use (SmolLM2 on
+an AMD EPYC: 33 ms at 364 cells a lane and 47-50 ms at 4,096, flash attention 33-36 ms at both), so
+a probe in small streams called a tie what serving ran 23% faster with flash attention. The verdict
+is remembered per layout beside the extra-buffers one (runtime.extra_buffers_probe), so the probe
+runs once for each.
 """
 
 from __future__ import annotations
@@ -39,8 +43,34 @@ ROUNDS = 3
 # Flash attention must be this much faster to be kept: a tie keeps the plain path.
 MARGIN = 0.95
 
-# (model path, extra buffers, threads) -> seconds per decode step with flash attention, and without.
-Measure = Callable[[Path, bool, "int | None"], tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeLayout:
+    """The KV layout the engine will serve with, which the probe's steps run in."""
+
+    n_ctx: int
+    lanes: int
+    kv_unified: bool
+
+    @property
+    def rows(self) -> int:
+        return min(LANES, self.lanes)
+
+    @property
+    def context(self) -> int:
+        """Each probed lane's tokens: CONTEXT, or what a small split stream holds beside the steps."""
+        share = self.n_ctx if self.kv_unified else self.n_ctx // self.lanes
+        return max(1, min(CONTEXT, share - STEPS - 8))
+
+    def __str__(self) -> str:
+        if self.kv_unified:
+            return f"unified KV of {self.n_ctx}"
+        return f"split KV, {self.lanes} lanes of {self.n_ctx // self.lanes}"
+
+
+# (model path, extra buffers, threads, layout) -> seconds per decode step with flash attention, and without.
+Measure = Callable[[Path, bool, "int | None", ProbeLayout], tuple[float, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +83,11 @@ def cache_file() -> Path:
     return platformdirs.user_cache_path("swarm-panel") / "flash-attn.json"
 
 
-def decide_flash_attn(model_path: Path, mode: str, *, cpu_only: bool, kv_type: str, extra_buffers: bool = False,
-                      n_threads: int | None = None, cache_path: Path | None = None,
+def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_only: bool, kv_type: str,
+                      extra_buffers: bool = False, n_threads: int | None = None, cache_path: Path | None = None,
                       measure: Measure | None = None) -> FlashAttnDecision:
     """The user's "on"/"off" as given; "auto" with GPU offload or a quantized cache is llama.cpp's choice,
-    and on a CPU-only F16 run the remembered probe's verdict, timing it once if needed."""
+    and on a CPU-only F16 run the remembered probe's verdict for this layout, timing it once if needed."""
     if mode in ("on", "off"):
         return FlashAttnDecision(mode, f"{mode} by setting")
     if mode != "auto":
@@ -66,22 +96,27 @@ def decide_flash_attn(model_path: Path, mode: str, *, cpu_only: bool, kv_type: s
         return FlashAttnDecision("auto", "llama.cpp's choice")
     cache_path = cache_path or cache_file()
     machine, model = machine_key(), model_key(model_path)
-    remembered = read_verdicts(cache_path).get(machine, {}).get(model)
-    if remembered is not None:
+    # Verdicts by layout under the model's key (an older file's single verdict has no layout: timed again).
+    remembered = read_verdicts(cache_path).get(machine, {}).get(model, {}).get(str(layout))
+    if isinstance(remembered, dict):
         return FlashAttnDecision(remembered["setting"], remembered["reason"] + " (remembered)")
-    log.info("timing flash attention on this CPU for %s, once: %d-lane decode steps over %d tokens, on and off",
-             model_path.name, LANES, CONTEXT)
+    log.info("timing flash attention on this CPU for %s, once: %d-lane decode steps over %d tokens (%s), on and off",
+             model_path.name, layout.rows, layout.context, layout)
     try:
-        with_it, without = (measure or time_both)(model_path, extra_buffers, n_threads)
+        with_it, without = (measure or time_both)(model_path, extra_buffers, n_threads, layout)
     except Exception as exc:  # a model the probe cannot drive keeps the plain path; say why
         log.warning("flash attention probe failed (%s); keeping it off", exc)
         return FlashAttnDecision("off", f"off: the probe failed ({exc})")
     setting = "on" if with_it < MARGIN * without else "off"
-    decision = FlashAttnDecision(setting, f"{setting}: an {LANES}-lane decode step over {CONTEXT} tokens took "
-                                          f"{1e3 * with_it:.1f} ms with it, {1e3 * without:.1f} ms without")
+    decision = FlashAttnDecision(setting, f"{setting}: a decode step of {layout.rows} lanes over {layout.context} "
+                                          f"tokens ({layout}) took {1e3 * with_it:.1f} ms with it, "
+                                          f"{1e3 * without:.1f} ms without")
     log.info("flash attention %s", decision.reason)
     records = pruned_verdicts(read_verdicts(cache_path))
-    records.setdefault(machine, {})[model] = {"setting": decision.setting, "reason": decision.reason}
+    layouts = records.setdefault(machine, {}).setdefault(model, {})
+    if "setting" in layouts:
+        layouts.clear()
+    layouts[str(layout)] = {"setting": decision.setting, "reason": decision.reason}
     try:
         write_verdicts(cache_path, records)
     except OSError as exc:
@@ -89,7 +124,8 @@ def decide_flash_attn(model_path: Path, mode: str, *, cpu_only: bool, kv_type: s
     return decision
 
 
-def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None) -> tuple[float, float]:
+def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
+              layout: ProbeLayout) -> tuple[float, float]:
     """The fastest round's decode step with flash attention and without, rounds alternating.
 
     One engine at a time: with two held side by side, the idle one's threads skewed the other's
@@ -100,10 +136,11 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None) -> t
     times: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(ROUNDS):
         for setting in ("off", "on"):
-            with LlamaEngine(model_path, max_lanes=LANES, n_ctx=LANES * (CONTEXT + 64), n_batch=512,
-                             kv_unified=False, flash_attn=setting, extra_buffers=extra_buffers,
-                             n_threads=n_threads, park_cached=False) as engine:
-                lanes = _fill(engine)
+            with LlamaEngine(model_path, max_lanes=layout.rows if layout.kv_unified else layout.lanes,
+                             n_ctx=layout.n_ctx, n_batch=512, kv_unified=layout.kv_unified, cache_slots=0,
+                             flash_attn=setting, extra_buffers=extra_buffers, n_threads=n_threads,
+                             park_cached=False) as engine:
+                lanes = _fill(engine, layout.rows, layout.context)
                 times[setting].append(statistics.median(
                     timed_step(engine, StepPlan(rows=[Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True)
                                                  for q in _grown(lanes)]))
@@ -112,17 +149,17 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None) -> t
     return min(times["on"]), min(times["off"])
 
 
-def _fill(engine: LlamaEngine) -> list[Request]:
-    """LANES sequences of CONTEXT tokens: one prompt computed, then copied into the other lanes."""
+def _fill(engine: LlamaEngine, rows: int, context: int) -> list[Request]:
+    """`rows` sequences of `context` tokens: one prompt computed, then copied into the other lanes."""
     vocab = engine.vocab
-    tokens = [vocab.bos] + [16 + (i * 7) % (vocab.n_tokens - 16) for i in range(CONTEXT - 1)]
+    tokens = [vocab.bos] + [16 + (i * 7) % (vocab.n_tokens - 16) for i in range(context - 1)]
     source = Request(list(tokens), SamplingParams(max_tokens=1 << 10))
-    for start in range(0, CONTEXT - 1, 512):
-        chunk = tokens[start:min(start + 512, CONTEXT - 1)]
+    for start in range(0, context - 1, 512):
+        chunk = tokens[start:min(start + 512, context - 1)]
         timed_step(engine, StepPlan(rows=[Row(source, RowKind.PREFILL, start, chunk, False)]))
-    copies = [Request(list(tokens), SamplingParams(max_tokens=1 << 10)) for _ in range(LANES - 1)]
-    last = [Row(r, RowKind.PREFILL, CONTEXT - 1, tokens[-1:], False) for r in [source, *copies]]
-    timed_step(engine, StepPlan(rows=last, prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, r, CONTEXT - 1)
+    copies = [Request(list(tokens), SamplingParams(max_tokens=1 << 10)) for _ in range(rows - 1)]
+    last = [Row(r, RowKind.PREFILL, context - 1, tokens[-1:], False) for r in [source, *copies]]
+    timed_step(engine, StepPlan(rows=last, prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, r, context - 1)
                                                        for r in copies]))
     return [source, *copies]
 
