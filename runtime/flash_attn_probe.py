@@ -5,13 +5,15 @@ is one matrix product, and which of the two wins depends on the CPU. A split-KV 
 sequences over 1,000 tokens of the demo model (benchmarks/attention_cost.py) took 234 ms with it
 and 68 ms without on one machine here (Intel, AMX), and 65 against 77 ms on another (AMD EPYC,
 AVX-512), where every prompt chunk was faster with it too. So on a CPU-only run with an F16 cache,
-"auto" times 8-lane decode steps both ways on the model itself, in alternating rounds, and keeps
-flash attention only where it is clearly faster. The steps run in the KV layout the engine will serve
-with: the plain path's step grows with a split stream's cells, not only with those in use (SmolLM2 on
-an AMD EPYC: 33 ms at 364 cells a lane and 47-50 ms at 4,096, flash attention 33-36 ms at both), so
-a probe in small streams called a tie what serving ran 23% faster with flash attention. The verdict
-is remembered per layout beside the extra-buffers one (runtime.extra_buffers_probe), so the probe
-runs once for each.
+"auto" times both ways, on the model itself in alternating rounds, a serving mix of 8-lane decode
+steps and a prompt chunk, and keeps flash attention only where it is clearly faster. The steps run in
+the KV layout the engine will serve with: the plain path's step grows with a split stream's cells,
+not only with those in use (SmolLM2 on an AMD EPYC: 33 ms at 364 cells a lane and 47-50 ms at 4,096,
+flash attention 33-36 ms at both), so a probe in small streams called a tie what serving ran 23%
+faster with flash attention. The prompt chunk is there because decode steps alone called the demo
+model a tie (36.4 against 36.9 ms) where its fixed-lengths swarm ran 12% faster with flash attention.
+The verdict is remembered per layout beside the extra-buffers one (runtime.extra_buffers_probe), so
+the probe runs once for each.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ LANES = 8
 # Each lane's context: a short turn, padded by llama.cpp to 512 cells, where the kernels differ most on the CPUs seen.
 CONTEXT = 300
 STEPS = 6
+# A prompt chunk is timed beside the decode steps, weighed as serving meets them when agents' prompts
+# computed are about as many tokens as their replies: one chunk of CHUNK tokens per CHUNK / LANES
+# decode steps of all the lanes. Flash attention's prompt chunks were 15-20% faster on every CPU
+# seen, its decode steps faster or slower by CPU and context.
+CHUNK = 256
+DECODE_STEPS_PER_CHUNK = CHUNK // LANES
 ROUNDS = 3
 # Flash attention must be this much faster to be kept: a tie keeps the plain path.
 MARGIN = 0.95
@@ -58,10 +66,22 @@ class ProbeLayout:
         return min(LANES, self.lanes)
 
     @property
-    def context(self) -> int:
-        """Each probed lane's tokens: CONTEXT, or what a small split stream holds beside the steps."""
+    def _room(self) -> int:
         share = self.n_ctx if self.kv_unified else self.n_ctx // self.lanes
-        return max(1, min(CONTEXT, share - STEPS - 8))
+        return max(2, share - STEPS - 8)
+
+    @property
+    def context(self) -> int:
+        """Each probed lane's tokens: CONTEXT, or what a small split stream holds beside the steps and chunk."""
+        return max(1, min(CONTEXT, self._room // 2))
+
+    @property
+    def chunk(self) -> int:
+        return max(1, min(CHUNK, self._room - self.context))
+
+    def describe(self) -> str:
+        return (f"{DECODE_STEPS_PER_CHUNK} decode steps of {self.rows} lanes over {self.context} tokens and a "
+                f"{self.chunk}-token prompt chunk ({self})")
 
     def __str__(self) -> str:
         if self.kv_unified:
@@ -100,17 +120,15 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
     remembered = read_verdicts(cache_path).get(machine, {}).get(model, {}).get(str(layout))
     if isinstance(remembered, dict):
         return FlashAttnDecision(remembered["setting"], remembered["reason"] + " (remembered)")
-    log.info("timing flash attention on this CPU for %s, once: %d-lane decode steps over %d tokens (%s), on and off",
-             model_path.name, layout.rows, layout.context, layout)
+    log.info("timing flash attention on this CPU for %s, once: %s, on and off", model_path.name, layout.describe())
     try:
         with_it, without = (measure or time_both)(model_path, extra_buffers, n_threads, layout)
     except Exception as exc:  # a model the probe cannot drive keeps the plain path; say why
         log.warning("flash attention probe failed (%s); keeping it off", exc)
         return FlashAttnDecision("off", f"off: the probe failed ({exc})")
     setting = "on" if with_it < MARGIN * without else "off"
-    decision = FlashAttnDecision(setting, f"{setting}: a decode step of {layout.rows} lanes over {layout.context} "
-                                          f"tokens ({layout}) took {1e3 * with_it:.1f} ms with it, "
-                                          f"{1e3 * without:.1f} ms without")
+    decision = FlashAttnDecision(setting, f"{setting}: {layout.describe()} took {1e3 * with_it:.0f} ms with it, "
+                                          f"{1e3 * without:.0f} ms without")
     log.info("flash attention %s", decision.reason)
     records = pruned_verdicts(read_verdicts(cache_path))
     layouts = records.setdefault(machine, {}).setdefault(model, {})
@@ -126,7 +144,8 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
 
 def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
               layout: ProbeLayout) -> tuple[float, float]:
-    """The fastest round's decode step with flash attention and without, rounds alternating.
+    """The fastest round's serving mix with flash attention and without, rounds alternating: the
+    median decode step times DECODE_STEPS_PER_CHUNK, plus one prompt chunk in the first lane.
 
     One engine at a time: with two held side by side, the idle one's threads skewed the other's
     steps here (the plain path came out 8% faster, where one at a time and benchmarks/attention_cost.py
@@ -141,10 +160,11 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
                              flash_attn=setting, extra_buffers=extra_buffers, n_threads=n_threads,
                              park_cached=False) as engine:
                 lanes = _fill(engine, layout.rows, layout.context)
-                times[setting].append(statistics.median(
+                decode = statistics.median(
                     timed_step(engine, StepPlan(rows=[Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True)
                                                  for q in _grown(lanes)]))
-                    for _ in range(STEPS)))
+                    for _ in range(STEPS))
+                times[setting].append(DECODE_STEPS_PER_CHUNK * decode + _chunk(engine, lanes[0], layout.chunk))
                 engine.step(StepPlan(release=lanes))
     return min(times["on"]), min(times["off"])
 
@@ -162,6 +182,13 @@ def _fill(engine: LlamaEngine, rows: int, context: int) -> list[Request]:
     timed_step(engine, StepPlan(rows=last, prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, r, context - 1)
                                                        for r in copies]))
     return [source, *copies]
+
+
+def _chunk(engine: LlamaEngine, request: Request, tokens: int) -> float:
+    """Seconds for `tokens` more prompt tokens of `request`, in one step."""
+    start = request.num_tokens
+    request.token_ids.extend(16 + (i * 11) % (engine.vocab.n_tokens - 16) for i in range(tokens))
+    return timed_step(engine, StepPlan(rows=[Row(request, RowKind.PREFILL, start, request.token_ids[start:], True)]))
 
 
 def _grown(lanes: list[Request]) -> list[Request]:

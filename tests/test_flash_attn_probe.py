@@ -29,8 +29,9 @@ def decide(tmp_path, model, measure, mode="auto", layout=SERVING, **how):
 def test_clearly_faster_flash_attention_is_kept_and_remembered(tmp_path, tiny_model_path):
     fast = timings(0.040, 0.050)
     decision = decide(tmp_path, tiny_model_path, fast)
-    assert decision.setting == "on" and "40.0 ms with it, 50.0 ms without" in decision.reason
-    assert "a decode step of 8 lanes over 300 tokens (split KV, 8 lanes of 4096)" in decision.reason
+    assert decision.setting == "on" and "40 ms with it, 50 ms without" in decision.reason
+    assert ("32 decode steps of 8 lanes over 300 tokens and a 256-token prompt chunk (split KV, 8 lanes of 4096)"
+            in decision.reason)
     # A second decision must not time again: a probe saying the opposite would turn it off.
     again = decide(tmp_path, tiny_model_path, timings(0.090, 0.050))
     assert again.setting == "on" and again.reason.endswith("(remembered)")
@@ -61,8 +62,11 @@ def test_another_layout_is_timed_again(tmp_path, tiny_model_path):
 
 
 def test_a_small_split_stream_is_probed_within_its_share():
-    assert (ProbeLayout(1024, 4, False).rows, ProbeLayout(1024, 4, False).context) == (4, 242)
-    assert (ProbeLayout(32768, 64, True).rows, ProbeLayout(32768, 64, True).context) == (8, 300)
+    small = ProbeLayout(1024, 4, False)
+    assert (small.rows, small.context, small.chunk) == (4, 121, 121)
+    assert small.context + small.chunk + probe.STEPS < 1024 // 4
+    served = ProbeLayout(32768, 64, True)
+    assert (served.rows, served.context, served.chunk) == (8, 300, 256)
 
 
 @pytest.mark.parametrize("mode, how, setting", [
@@ -97,7 +101,7 @@ def test_an_engine_built_from_settings_runs_the_probes_verdict(tmp_path, tiny_mo
                           extra_buffers="off")
     try:
         facts = engine.describe()
-        assert facts["flash_attn"] == "on" and "30.0 ms with it" in facts["flash_attn_reason"]
+        assert facts["flash_attn"] == "on" and "30 ms with it" in facts["flash_attn_reason"]
     finally:
         engine.close()
     monkeypatch.setattr(probe, "cache_file", lambda: tmp_path / "other.json")
