@@ -115,6 +115,16 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     return commands
 
 
+def selected(names, only: list[str] | None) -> list[str]:
+    """The servers --only keeps. A variant (swarm-panel-NAME, swarm-panel@CHECKOUT, llama-server-fa-off)
+    goes with its base server, because asking for a variant's column and naming only the base servers
+    otherwise drops it without a word."""
+    if not only:
+        return list(names)
+    return [name for name in names
+            if name in only or any(name.startswith((f"{base}-", f"{base}@")) for base in only)]
+
+
 def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> SwarmConfig:
     """The load for one round. With --turns every agent's conversation runs to its end, so each
     server is timed over the same turns; a window would count only the turns a slower server reaches,
@@ -224,7 +234,8 @@ def main() -> int:
                         help="CPU threads for every server (default: each server's own default)")
     parser.add_argument("--busy-cores", type=int, default=0,
                         help="processes that each keep a core busy during every round (a neighbour on the CPU)")
-    parser.add_argument("--only", action="append", default=None, help="run only these servers (repeatable)")
+    parser.add_argument("--only", action="append", default=None,
+                        help="run only these servers and their variants (repeatable)")
     parser.add_argument("--ours-arg", action="append", default=[],
                         help="extra flag for `swarm-panel serve` (repeatable), e.g. --ours-arg=--no-prefix-cache")
     parser.add_argument("--peer-arg", action="append", default=[],
@@ -243,13 +254,13 @@ def main() -> int:
     model = args.model or (resolve_model(None)[0] if args.real_agents else ensure_demo_model())
     eog = eog_tokens(model)
     results: dict[str, list[dict]] = {}
-    names = [name for name in server_commands(args, model, 0) if not args.only or name in args.only]
+    names = selected(server_commands(args, model, 0), args.only)
     width = max([17, *map(len, names)])
     for round_index in range(args.rounds):
         port = free_port()
-        for name, command in server_commands(args, model, port).items():
-            if args.only and name not in args.only:
-                continue
+        commands = server_commands(args, model, port)
+        for name in names:
+            command = commands[name]
             report = run_round(name, command, port, args, eog)
             results.setdefault(name, []).append(report)
             print(f"round {round_index + 1} {name:<{width}} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"

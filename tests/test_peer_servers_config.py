@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from benchmarks.peer_servers import SCALED_LENGTHS, server_commands, swarm_config, variant
+from benchmarks.peer_servers import SCALED_LENGTHS, selected, server_commands, swarm_config, variant
 
 
 def _args(**given) -> argparse.Namespace:
@@ -61,3 +61,12 @@ def test_a_variant_runs_the_same_serve_command_with_its_flags(tmp_path):
 def test_a_variant_needs_a_name_and_flags():
     with pytest.raises(argparse.ArgumentTypeError):
         variant("--kv-unified")
+
+
+def test_only_keeps_the_variants_of_the_servers_it_names():
+    names = ["swarm-panel", "llama-server", "swarm-panel@old", "swarm-panel-fa", "llama-server-fa-off",
+             "llama_cpp.server"]
+    assert selected(names, ["swarm-panel", "llama-server"]) == names[:5]
+    assert selected(names, ["llama-server"]) == ["llama-server", "llama-server-fa-off"]
+    assert selected(names, ["swarm-panel-fa"]) == ["swarm-panel-fa"]
+    assert selected(names, None) == names
