@@ -159,17 +159,14 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
                              n_ctx=layout.n_ctx, n_batch=512, kv_unified=layout.kv_unified, cache_slots=0,
                              flash_attn=setting, extra_buffers=extra_buffers, n_threads=n_threads,
                              park_cached=False) as engine:
-                lanes = _fill(engine, layout.rows, layout.context)
-                decode = statistics.median(
-                    timed_step(engine, StepPlan(rows=[Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True)
-                                                 for q in _grown(lanes)]))
-                    for _ in range(STEPS))
-                times[setting].append(DECODE_STEPS_PER_CHUNK * decode + _chunk(engine, lanes[0], layout.chunk))
+                lanes = fill_lanes(engine, layout.rows, layout.context)
+                decode = decode_step_s(engine, lanes, STEPS)
+                times[setting].append(DECODE_STEPS_PER_CHUNK * decode + prompt_chunk_s(engine, lanes[0], layout.chunk))
                 engine.step(StepPlan(release=lanes))
     return min(times["on"]), min(times["off"])
 
 
-def _fill(engine: LlamaEngine, rows: int, context: int) -> list[Request]:
+def fill_lanes(engine: LlamaEngine, rows: int, context: int) -> list[Request]:
     """`rows` sequences of `context` tokens: one prompt computed, then copied into the other lanes."""
     vocab = engine.vocab
     tokens = [vocab.bos] + [16 + (i * 7) % (vocab.n_tokens - 16) for i in range(context - 1)]
@@ -184,18 +181,22 @@ def _fill(engine: LlamaEngine, rows: int, context: int) -> list[Request]:
     return [source, *copies]
 
 
-def _chunk(engine: LlamaEngine, request: Request, tokens: int) -> float:
+def prompt_chunk_s(engine: LlamaEngine, request: Request, tokens: int) -> float:
     """Seconds for `tokens` more prompt tokens of `request`, in one step."""
     start = request.num_tokens
     request.token_ids.extend(16 + (i * 11) % (engine.vocab.n_tokens - 16) for i in range(tokens))
     return timed_step(engine, StepPlan(rows=[Row(request, RowKind.PREFILL, start, request.token_ids[start:], True)]))
 
 
-def _grown(lanes: list[Request]) -> list[Request]:
-    """Each lane one token longer, the token the next decode step feeds."""
-    for request in lanes:
-        request.token_ids.append(request.token_ids[-1])
-    return lanes
+def decode_step_s(engine: LlamaEngine, lanes: list[Request], steps: int) -> float:
+    """The median seconds of `steps` decode steps of every lane, each step one token longer."""
+    times = []
+    for _ in range(steps):
+        for request in lanes:
+            request.token_ids.append(request.token_ids[-1])
+        rows = [Row(q, RowKind.DECODE, q.num_tokens - 1, [q.token_ids[-1]], True) for q in lanes]
+        times.append(timed_step(engine, StepPlan(rows=rows)))
+    return statistics.median(times)
 
 
 def timed_step(engine: LlamaEngine, plan: StepPlan) -> float:
