@@ -77,6 +77,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         n_gpu_layers=o.n_gpu_layers,
         flash_attn=attention.setting,
         flash_attn_reason=attention.reason,
+        attention_curve=attention.curve,
         kv_type=o.kv_type,
         n_threads=o.threads,
         leave_a_core=leave_a_core,

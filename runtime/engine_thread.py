@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from itertools import chain
 
+from runtime.attention_follower import AttentionFollower, distinct_tokens
 from runtime.clock import RealClock
 from runtime.config import SchedulerConfig
 from runtime.engine import Engine, EngineError
@@ -99,6 +100,9 @@ class EngineThread:
         self.narrow_after_s = narrow_after_s
         # Clock time a request that needs more than a lane's share was last seen (arriving, queued or live).
         self._long_seen = 0.0
+        # Where the probe timed both attention kernels by context, the kernel follows the contexts served.
+        curve = getattr(engine, "attention_curve", None)
+        self.attention = AttentionFollower(curve, engine.flash_attn) if curve is not None else None
 
     # -- called from any thread ----------------------------------------------------------------
 
@@ -274,8 +278,29 @@ class EngineThread:
             return
         self._relayout(self.engine.narrow, f"after {self.narrow_after_s:g} s with no request longer than a lane")
 
+    def _follow_attention(self) -> None:
+        """Prices the live lanes' contexts under both attention kernels and switches to the other one
+        where runtime.attention_follower says it pays; split layouts only (the curve was timed in one)."""
+        follower, s = self.attention, self.scheduler
+        if follower is None or not s.caps.consecutive_ids:
+            return
+        now = self.clock.now()
+        live = [lane.request for lane in s.lanes.live()]
+        follower.observe((request.num_tokens for request in live), now)
+        target = follower.advice(now, lambda: distinct_tokens(
+            [r.token_ids[:r.num_computed_tokens] for r in live] + [entry.tokens for entry in s.prefix.cache]))
+        if target is None:
+            return
+        why = (f"for the contexts served lately: a decode step {follower.ratio:.0%} of the cost it had "
+               f"with flash attention {follower.current}")
+        log.info("flash attention %s %s", target, why)
+        if self._relayout(lambda reason: self.engine.switch_attention(target, reason), why) is None:
+            follower.switched(target, now)
+        else:
+            self.attention = None
+
     def _relayout(self, change: Callable[[str], None], why: str) -> str | None:
-        """The engine changes its KV layout (`widen` or `narrow`), dropping every sequence; a new
+        """The engine changes its context (`widen`, `narrow` or `switch_attention`), dropping every sequence; a new
         scheduler sized by its caps takes over every request, the live ones recomputing. Returns why
         the engine could not change, or None."""
         old = self.scheduler
@@ -294,7 +319,7 @@ class EngineThread:
         with self._lock:
             scheduler.take_over(old)
             self.scheduler = self.loop.scheduler = scheduler
-        log.info("the new KV layout took over %d live requests (recomputing) and %d waiting", live,
+        log.info("the new context took over %d live requests (recomputing) and %d waiting", live,
                  len(scheduler.waiting) - live)
         self.loop.output.max_context = self.engine.max_context
         return failure
@@ -321,6 +346,8 @@ class EngineThread:
                 self._fail_everything(f"engine failure: {exc}")
                 stats = None
             self._publish()
+            if stats is not None:
+                self._follow_attention()
             if stats is None and not self.scheduler.num_running:
                 s = self.scheduler
                 self.metrics.note_idle(s.kv_used, s.kv_cached, s.kv_budget, len(s.waiting))

@@ -22,12 +22,13 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
 
+from runtime.attention_follower import AttentionCurve
 from runtime.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
 from runtime.extra_buffers_probe import machine_key, model_key, pruned_verdicts, read_verdicts, write_verdicts
 from runtime.request import Request, SamplingParams
@@ -48,6 +49,9 @@ STEPS = 6
 CHUNK = 256
 DECODE_STEPS_PER_CHUNK = CHUNK // LANES
 ROUNDS = 3
+# Where the kernels' curve takes its second point: past the crossing on the CPUs seen (about 700 tokens
+# on an Ice Lake Xeon), where a coding agent's conversation soon is.
+LONG_CONTEXT = 1536
 # Flash attention must be this much faster to be kept: a tie keeps the plain path.
 MARGIN = 0.95
 
@@ -91,12 +95,17 @@ class ProbeLayout:
 
 # (model path, extra buffers, threads, layout) -> seconds per decode step with flash attention, and without.
 Measure = Callable[[Path, bool, "int | None", ProbeLayout], tuple[float, float]]
+# (model path, extra buffers, threads, layout) -> both kernels' curve, or None where the layout has no room.
+MeasureCurve = Callable[[Path, bool, "int | None", ProbeLayout], "AttentionCurve | None"]
 
 
 @dataclass(frozen=True, slots=True)
 class FlashAttnDecision:
     setting: str  # "on", "off" or "auto" (llama.cpp's own choice)
     reason: str
+    # Both kernels' decode steps at a short and a long context (split layouts, "auto" on a CPU): what
+    # runtime.attention_follower switches by as the contexts served move.
+    curve: AttentionCurve | None = None
 
 
 def cache_file() -> Path:
@@ -105,9 +114,11 @@ def cache_file() -> Path:
 
 def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_only: bool, kv_type: str,
                       extra_buffers: bool = False, n_threads: int | None = None, cache_path: Path | None = None,
-                      measure: Measure | None = None) -> FlashAttnDecision:
+                      measure: Measure | None = None, measure_curve: MeasureCurve | None = None) -> FlashAttnDecision:
     """The user's "on"/"off" as given; "auto" with GPU offload or a quantized cache is llama.cpp's choice,
-    and on a CPU-only F16 run the remembered probe's verdict for this layout, timing it once if needed."""
+    and on a CPU-only F16 run the remembered probe's verdict for this layout, timing it once if needed.
+    A split layout's verdict comes with both kernels' curve (`time_curve`, or `measure_curve`; a
+    `measure` given alone times no curve)."""
     if mode in ("on", "off"):
         return FlashAttnDecision(mode, f"{mode} by setting")
     if mode != "auto":
@@ -118,8 +129,14 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
     machine, model = machine_key(), model_key(model_path)
     # Verdicts by layout under the model's key (an older file's single verdict has no layout: timed again).
     remembered = read_verdicts(cache_path).get(machine, {}).get(model, {}).get(str(layout))
+    curve_of = measure_curve or (time_curve if measure is None else None)
     if isinstance(remembered, dict):
-        return FlashAttnDecision(remembered["setting"], remembered["reason"] + " (remembered)")
+        decision = FlashAttnDecision(remembered["setting"], remembered["reason"] + " (remembered)")
+        if "curve" in remembered:
+            return replace(decision, curve=remembered["curve"] and AttentionCurve.from_dict(remembered["curve"]))
+        # A verdict from before the curve: the curve alone is timed, once.
+        return _remember(cache_path, machine, model, layout, decision,
+                         _timed_curve(curve_of, model_path, extra_buffers, n_threads, layout))
     log.info("timing flash attention on this CPU for %s, once: %s, on and off", model_path.name, layout.describe())
     try:
         with_it, without = (measure or time_both)(model_path, extra_buffers, n_threads, layout)
@@ -130,16 +147,34 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
     decision = FlashAttnDecision(setting, f"{setting}: {layout.describe()} took {1e3 * with_it:.0f} ms with it, "
                                           f"{1e3 * without:.0f} ms without")
     log.info("flash attention %s", decision.reason)
+    return _remember(cache_path, machine, model, layout, decision,
+                     _timed_curve(curve_of, model_path, extra_buffers, n_threads, layout))
+
+
+def _timed_curve(curve_of: MeasureCurve | None, model_path: Path, extra_buffers: bool, n_threads: int | None,
+                 layout: ProbeLayout) -> AttentionCurve | None:
+    if curve_of is None or layout.kv_unified:
+        return None
+    try:
+        return curve_of(model_path, extra_buffers, n_threads, layout)
+    except Exception as exc:  # the verdict stands without a curve: the kernel then stays as chosen
+        log.warning("timing the attention kernels by context failed (%s); the kernel stays as chosen", exc)
+        return None
+
+
+def _remember(cache_path: Path, machine: str, model: str, layout: ProbeLayout, decision: FlashAttnDecision,
+              curve: AttentionCurve | None) -> FlashAttnDecision:
     records = pruned_verdicts(read_verdicts(cache_path))
     layouts = records.setdefault(machine, {}).setdefault(model, {})
     if "setting" in layouts:
         layouts.clear()
-    layouts[str(layout)] = {"setting": decision.setting, "reason": decision.reason}
+    reason = decision.reason.removesuffix(" (remembered)")
+    layouts[str(layout)] = {"setting": decision.setting, "reason": reason, "curve": curve and curve.as_dict()}
     try:
         write_verdicts(cache_path, records)
     except OSError as exc:
         log.warning("cannot remember the flash attention verdict in %s: %s", cache_path, exc)
-    return decision
+    return replace(decision, curve=curve)
 
 
 def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
@@ -164,6 +199,34 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
                 times[setting].append(DECODE_STEPS_PER_CHUNK * decode + prompt_chunk_s(engine, lanes[0], layout.chunk))
                 engine.step(StepPlan(release=lanes))
     return min(times["on"]), min(times["off"])
+
+
+def time_curve(model_path: Path, extra_buffers: bool, n_threads: int | None,
+               layout: ProbeLayout) -> AttentionCurve | None:
+    """Both kernels' decode step of the probe's lanes at its short context and at LONG_CONTEXT (or
+    what a lane holds), and a prompt token's price in a chunk at the short one; one engine a kernel.
+    None where a lane cannot hold a context well past the short one."""
+    from runtime.llama_engine import LlamaEngine
+
+    short, long = layout.context, min(LONG_CONTEXT, layout._room - STEPS)
+    if long < 2 * short:
+        return None
+    steps, tokens = {}, {}
+    for setting in ("off", "on"):
+        with LlamaEngine(model_path, max_lanes=layout.lanes, n_ctx=layout.n_ctx, n_batch=512, kv_unified=False,
+                         cache_slots=0, flash_attn=setting, extra_buffers=extra_buffers, n_threads=n_threads,
+                         park_cached=False) as engine:
+            lanes = fill_lanes(engine, layout.rows, short)
+            at_short = decode_step_s(engine, lanes, STEPS)
+            tokens[setting] = prompt_chunk_s(engine, lanes[0], layout.chunk) / layout.chunk
+            engine.step(StepPlan(release=lanes))
+            lanes = fill_lanes(engine, layout.rows, long)
+            steps[setting] = (at_short, decode_step_s(engine, lanes, STEPS))
+            engine.step(StepPlan(release=lanes))
+    curve = AttentionCurve((short, long), steps["on"], steps["off"], (tokens["on"], tokens["off"]), layout.rows)
+    log.info("decode step of %d lanes at %d and %d tokens: %.0f and %.0f ms with flash attention, %.0f and %.0f "
+             "ms without", layout.rows, short, long, *(1e3 * t for t in curve.on), *(1e3 * t for t in curve.off))
+    return curve
 
 
 def fill_lanes(engine: LlamaEngine, rows: int, context: int) -> list[Request]:

@@ -52,6 +52,7 @@ from runtime.engine import (
     StepPlan,
     StepResult,
 )
+from runtime.attention_follower import AttentionCurve
 from runtime.checkpoints import CheckpointStore
 from runtime.cpu_contention import thread_governor
 from runtime.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
@@ -148,6 +149,7 @@ class LlamaEngine:
         extra_buffers: bool = False,
         extra_buffers_reason: str = "off unless asked for",
         flash_attn_reason: str = "as asked for",
+        attention_curve: AttentionCurve | None = None,
         note: str | None = None,
         checkpoint_budget_bytes: int = DEFAULT_CHECKPOINT_BUDGET,
         park_cached: bool = True,
@@ -195,6 +197,9 @@ class LlamaEngine:
         self.extra_buffers = extra_buffers
         self.extra_buffers_reason = extra_buffers_reason
         self.note = note
+        # Both kernels' decode steps by context, where the probe timed them: the engine thread then
+        # switches kernels as the contexts served move (runtime.attention_follower).
+        self.attention_curve = attention_curve
         self.copies_prefixes = True
         self._model = self._load_model(n_gpu_layers)
         try:
@@ -290,24 +295,39 @@ class LlamaEngine:
                        "the KV could not be made split again")
         self.widens = True
 
-    def _relayout(self, kv_unified: bool, cache_slots: int | None, note: str, failure: str) -> None:
-        """A new context in another layout on the loaded model, every sequence dropped; where llama.cpp
-        cannot make it, the old layout comes back and EngineError says why."""
+    def switch_attention(self, setting: str, why: str) -> None:
+        """The other attention kernel, for the contexts being served (runtime.attention_follower): a new
+        context on the loaded model in the same layout, every sequence dropped for the caller to
+        recompute, as `widen` does. llama.cpp fixes the kernel, and the V cache's layout, per context."""
+        if setting not in ("on", "off") or setting == self.flash_attn:
+            raise EngineError(f"cannot switch flash attention from {self.flash_attn!r} to {setting!r}")
+        self._relayout(self.kv_unified, self.max_cached_sequences, self.layout_note,
+                       "the attention kernel could not be switched", flash_attn=setting)
+        self.flash_attn_reason = f"{setting}: switched {why}"
+        self._facts = self._read_facts()
+
+    def _relayout(self, kv_unified: bool, cache_slots: int | None, note: str, failure: str,
+                  flash_attn: str | None = None) -> None:
+        """A new context in another layout (or with another attention kernel) on the loaded model,
+        every sequence dropped; where llama.cpp cannot make it, the old one comes back and EngineError
+        says why."""
         self._require_open()
         started = time.perf_counter()
-        before = (self.kv_unified, self.max_cached_sequences)
+        before = (self.kv_unified, self.max_cached_sequences, self.flash_attn)
         self._drop_sequences()
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
+        self.flash_attn = flash_attn or self.flash_attn
         try:
             self._open_context(self._set_layout(kv_unified, cache_slots))
         except ModelLoadError as exc:
-            log.error("%s (%s); keeping the layout it had", failure, exc)
-            self._open_context(self._set_layout(*before))
+            log.error("%s (%s); keeping the context it had", failure, exc)
+            self.flash_attn = before[2]
+            self._open_context(self._set_layout(*before[:2]))
             raise EngineError(f"{failure}: {exc}") from None
         self.layout_note = note
-        log.info("KV layout: %s; context %d tokens for one request (new context in %.2f s)", self.layout_note,
-                 self.max_context, time.perf_counter() - started)
+        log.info("KV layout: %s, flash attention %s; context %d tokens for one request (new context in %.2f s)",
+                 self.layout_note, self.flash_attn, self.max_context, time.perf_counter() - started)
         self._facts = self._read_facts()
 
     def _drop_sequences(self) -> None:

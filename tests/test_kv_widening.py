@@ -83,7 +83,7 @@ def test_a_prompt_past_a_lanes_share_widens_the_default_layout(arch_model_path, 
         assert described["kv_unified"] is True and "widened" in described["kv_layout"]
         assert service.engine.max_context == 8192
         took_over = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
-        assert took_over == ["the new KV layout took over 1 live requests (recomputing) and 0 waiting"]
+        assert took_over == ["the new context took over 1 live requests (recomputing) and 0 waiting"]
         assert service.engine_thread.scheduler.caps.widens_to == 0
         wait_until(lambda: service.engine_thread.snapshot().running == 0, what="the engine to go idle")
         assert service.engine_thread.snapshot().waiting == 0
@@ -233,7 +233,7 @@ def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path,
         assert described["kv_unified"] is False
         assert described["kv_layout"].startswith("split KV (4096 tokens a lane; back from unified after 0 s")
         took_over = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
-        assert took_over[-1] == "the new KV layout took over 1 live requests (recomputing) and 0 waiting"
+        assert took_over[-1] == "the new context took over 1 live requests (recomputing) and 0 waiting"
         assert len(took_over) == 2
         assert (service.engine.max_context, thread.scheduler.caps.widens_to) == (4096, 8192)
 
