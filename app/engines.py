@@ -60,7 +60,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         raise ModelLoadError(f"cannot load model {path}: no such file")
     decision = decide_extra_buffers(path, o.extra_buffers)
     unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
-    # Timed in the layout the engine opens with; a widened one keeps the kernel (llama.cpp fixes it per context).
+    # Timed in the layout the engine opens with; a widened pool takes flash attention where the probe chose
+    # (LlamaEngine._widened_kernel), and narrowing brings the split layout's kernel back.
     attention = decide_flash_attn(path, o.flash_attn, ProbeLayout(o.n_ctx, max_lanes, unified),
                                   cpu_only=on_cpu(o.n_gpu_layers), kv_type=o.kv_type, extra_buffers=decision.enabled,
                                   n_threads=o.threads)

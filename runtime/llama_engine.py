@@ -200,6 +200,8 @@ class LlamaEngine:
         # Both kernels' decode steps by context, where the probe timed them: the engine thread then
         # switches kernels as the contexts served move (runtime.attention_follower).
         self.attention_curve = attention_curve
+        # The split layout's kernel and why, kept while widened, for `narrow` to bring back.
+        self._split_attention: tuple[str, str] | None = None
         self.copies_prefixes = True
         self._model = self._load_model(n_gpu_layers)
         try:
@@ -279,9 +281,24 @@ class LlamaEngine:
         # Once tried, never again: a card short of memory once is short of it each time.
         self.widens = False
         lane = self.max_context
+        split_attention = (self.flash_attn, self.flash_attn_reason)
         self._relayout(True, None, f"unified KV (widened from split for {why})",
-                       "the KV could not be made unified for a longer request")
+                       "the KV could not be made unified for a longer request", flash_attn=self._widened_kernel())
         self.narrows_to = lane
+        if self.flash_attn != split_attention[0]:
+            self._split_attention = split_attention
+            self.flash_attn_reason = (f"{self.flash_attn}: the KV widened to one pool, where the plain path's attention "
+                                      f"reads every sequence's cells for each row and flash attention its own")
+            self._facts = self._read_facts()
+
+    def _widened_kernel(self) -> str | None:
+        """Flash attention for a widened pool, where the kernel was the CPU probe's to choose (a curve
+        was timed): in one pool the plain path's attention multiplies every row by every sequence's
+        cells and masks the others out, where flash attention skips them. On an Ice Lake Xeon, the demo
+        model, a 5,000-token sequence beside 7 lanes of 300 tokens: 95 against 128 ms a step, the 7
+        alone 51 against 128; beside 7 of 1,200 (where split lanes are a third cheaper without it):
+        174 against 245, and 124 against 237 (benchmarks/attention_by_context.py --widened)."""
+        return "on" if self.attention_curve is not None else None
 
     def narrow(self, why: str) -> None:
         """A widened layout turns split again, once no request needs more than a lane's share: every
@@ -291,8 +308,12 @@ class LlamaEngine:
             raise EngineError("this engine's KV was not widened from split: it has no split layout to go back to")
         # Where the split context cannot come back, the unified one stays for good.
         lane, self.narrows_to = self.narrows_to, 0
+        split_attention, self._split_attention = self._split_attention, None
         self._relayout(False, self._split_slots, f"split KV ({lane} tokens a lane; back from unified {why})",
-                       "the KV could not be made split again")
+                       "the KV could not be made split again", flash_attn=split_attention and split_attention[0])
+        if split_attention is not None:
+            self.flash_attn_reason = split_attention[1]
+            self._facts = self._read_facts()
         self.widens = True
 
     def switch_attention(self, setting: str, why: str) -> None:

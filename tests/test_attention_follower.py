@@ -153,3 +153,35 @@ def test_short_contexts_leave_the_kernel_alone(tiny_model_path):
         follower = AttentionFollower(CURVE, "on", min_rows=4)
         _run(engine, _prompts(engine, 60), follower)
         assert engine.flash_attn == "on" and follower.current == "on"
+
+
+def test_a_widened_pool_runs_flash_attention_and_narrowing_brings_the_split_kernel_back(tiny_model_path):
+    """In one pool the plain path multiplies each row by every sequence's cells: a kernel the probe chose
+    turns to flash attention while widened, and back to the split layout's own (with its reason) after."""
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True, flash_attn="off",
+                     flash_attn_reason="off: the probe's", attention_curve=CURVE) as engine:
+        engine.widen("a test")
+        assert engine.flash_attn == "on" and engine.caps.narrows_to == 4096
+        assert engine.describe()["flash_attn_reason"].startswith("on: the KV widened to one pool")
+        engine.narrow("after a test")
+        assert (engine.flash_attn, engine.describe()["flash_attn_reason"]) == ("off", "off: the probe's")
+    # A kernel chosen by setting has no curve: it is kept whatever the layout.
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
+                     flash_attn="off") as engine:
+        engine.widen("a test")
+        assert engine.flash_attn == "off"
+
+
+def test_a_widening_request_is_served_by_flash_attention_with_fresh_greedy_tokens(arch_model_path):
+    """A prompt past a lane's share widens the layout as it is queued, before any token of the others is
+    sampled: every request's tokens are then those of an engine unified with flash attention from the start."""
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=4 * 1024, n_batch=256, kv_unified=False, widens=True,
+                     flash_attn="off", attention_curve=CURVE) as engine:
+        prompts = _prompts(engine, 60)
+        prompts[0] = _prompts(engine, 1100)[0]
+        widened = _run(engine, prompts, AttentionFollower(CURVE, "off", min_rows=4))
+        assert engine.kv_unified and engine.flash_attn == "on"
+    with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=4 * 1024, n_batch=256, kv_unified=True,
+                     flash_attn="on") as fresh:
+        assert _run(fresh, prompts, None) == widened
+    assert all(len(t) == 24 for t in widened)

@@ -95,7 +95,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._knobs_note = ""
         self._ticks = 0
         self._step_line: StepLine | None = None
-        self._kv_layout: str | None = None
+        # The KV layout and the attention kernel last shown: a change marks the plots.
+        self._kv_layout: tuple[str | None, str | None] | None = None
         self.refresh_seconds: list[float] = []
 
         self.controls = SchedulerControls(self.apply_scheduler)
@@ -286,22 +287,31 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _follow_layout(self, facts: dict) -> None:
         """The default split KV turns unified for a request longer than a lane's share, and split again
-        once none has needed more for a while: the facts, a marker on the plots and the engine panel's
-        status line say so when it happens."""
-        layout = facts.get("kv_layout")
-        if layout == self._kv_layout:
+        once none has needed more for a while; the attention kernel follows the contexts served (and a
+        widened pool's own). The facts, a marker on the plots and the engine panel's status line say so
+        when either happens."""
+        now = (facts.get("kv_layout"), facts.get("flash_attn"))
+        before, self._kv_layout = self._kv_layout, now
+        if before is None or now == before or not now[0]:
             return
-        if self._kv_layout is not None and layout:
-            self.engine_panel.show_facts(facts)
+        self.engine_panel.show_facts(facts)
+        marks, changes = [], []
+        if now[0] != before[0]:
             if facts.get("kv_unified"):
-                self.feed.mark("KV unified")
-                why = "unified for a request longer than a lane's share"
+                marks.append("KV unified")
+                changes.append("The KV turned unified for a request longer than a lane's share")
             else:
-                self.feed.mark("KV split")
-                why = "split again: no request had needed more than a lane's share for a while"
-            self.engine_panel.status.setText(f"Loaded. The KV turned {why}; the requests live then recomputed "
-                                             "their KV.")
-        self._kv_layout = layout
+                marks.append("KV split")
+                changes.append("The KV turned split again: no request had needed more than a lane's share for a while")
+        if now[1] != before[1]:
+            marks.append(f"flash attn {now[1]}")
+            if now[0] != before[0]:  # the layout's own kernel: its reason is in the facts
+                changes[-1] += f", and flash attention {now[1]}"
+            else:
+                reason = str(facts.get("flash_attn_reason", "")).partition(": ")[2]
+                changes.append(f"Flash attention turned {now[1]}" + (f" ({reason})" if reason else ""))
+        self.feed.mark(", ".join(marks))
+        self.engine_panel.status.setText(f"Loaded. {'. '.join(changes)}. The requests live then recomputed their KV.")
 
     def _refresh_fleet_slow(self) -> None:
         """The gateway's figures where the embedded engine's would be; its policy can change over HTTP too."""
@@ -399,7 +409,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._step_line = None
         facts = self.service.describe()
         self.engine_panel.show_facts(facts)
-        self._kv_layout = facts.get("kv_layout")
+        self._kv_layout = (facts.get("kv_layout"), facts.get("flash_attn"))
         self.launcher.suit_engine(writes_real_text(facts))
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
