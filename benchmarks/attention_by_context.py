@@ -8,6 +8,7 @@ what that one point leaves out for agents whose conversations grow past it.
 `--widened` prints the layout a default `serve` turns to for a coding agent's long first prompt
 instead: one unified pool holding a `--long`-token sequence beside 7 lanes at each context, and the
 decode step of all 8 and of the 7 short ones alone (the long one idle, its cells still in the pool).
+`--long 0` holds 8 lanes at each context, as a pool unified from the start does.
 
     PYTHONPATH=. python benchmarks/attention_by_context.py [--model GGUF] [--contexts 150,300,700,1200,2000]
     PYTHONPATH=. python benchmarks/attention_by_context.py --widened [--long 5000] [--contexts 300,1200]
@@ -49,7 +50,7 @@ def measure_widened(model: Path, flash_attn: str, long: int, context: int, n_ctx
     """(decode step of all 8 lanes, of the 7 short ones alone) in seconds, in one unified pool."""
     with LlamaEngine(model, max_lanes=LANES, n_ctx=n_ctx, n_batch=512, kv_unified=True, cache_slots=0,
                      flash_attn=flash_attn, park_cached=False) as engine:
-        lanes = [_computed(engine, long, 0)] + [_computed(engine, context, k) for k in range(1, LANES)]
+        lanes = [_computed(engine, long or context, 0)] + [_computed(engine, context, k) for k in range(1, LANES)]
         return decode_step_s(engine, lanes, steps), decode_step_s(engine, lanes[1:], steps)
 
 
@@ -62,14 +63,15 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of them is shown")
     parser.add_argument("--widened", action="store_true", help="one unified pool with a long sequence in it")
-    parser.add_argument("--long", type=int, default=5000, help="--widened: the long sequence's tokens")
+    parser.add_argument("--long", type=int, default=5000,
+                        help="--widened: the long sequence's tokens (0: all 8 lanes at each context)")
     args = parser.parse_args()
     model = args.model or ensure_demo_model()
     contexts = [int(c) for c in (args.contexts or ("300,1200" if args.widened else "150,300,700,1200,2000")).split(",")]
     if args.widened:
-        print(f"{model.name}: unified KV of {args.n_ctx} cells, one sequence of {args.long} tokens and {LANES - 1} "
-              f"lanes at each context; decode step of all {LANES} and of the {LANES - 1} short ones, best of "
-              f"{args.rounds} alternating rounds")
+        held = f"one sequence of {args.long} tokens and {LANES - 1}" if args.long else f"{LANES}"
+        print(f"{model.name}: unified KV of {args.n_ctx} cells, {held} lanes at each context (each its own tokens); "
+              f"decode step of all {LANES} and of the last {LANES - 1}, best of {args.rounds} alternating rounds")
         print(f"{'context':>8}  {'8 on':>9}  {'8 off':>9}  {'7 on':>9}  {'7 off':>9}")
     else:
         print(f"{model.name}: split KV, {LANES} lanes of {args.n_ctx // LANES}; decode step of {LANES} lanes and a "
