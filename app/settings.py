@@ -50,7 +50,8 @@ class Settings(BaseSettings):
 
     policy: Literal[POLICY_NAMES] = Field("continuous", description="Scheduling policy")
     max_batch: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
-    prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes")
+    prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes "
+                                                                "(on a CPU, fewer for a long prompt deep in)")
     kv_budget: int | None = Field(None, ge=1, description="KV tokens the scheduler may use; none means all")
     admission_wait_s: float = Field(0.05, ge=0, le=60, description="How long a static batch waits to fill up")
     prefix_cache: bool = Field(True, description="Keep finished sequences' KV to reuse shared prompt prefixes")

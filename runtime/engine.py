@@ -131,6 +131,9 @@ class EngineCaps:
     # A layout widened so can turn back (`narrow(why)`, likewise between steps) to lanes of this
     # context, once no request needs more; 0: it was not widened.
     narrows_to: int = 0
+    # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
+    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.prefill_budget).
+    attention_bound_prefill: bool = False
 
 
 class EngineLoadError(RuntimeError):

@@ -421,7 +421,8 @@ class LlamaEngine:
                           self.sequence_state_tokens, self.turn_end_tokens,
                           parked=self._parked if self.parks_cached else None,
                           consecutive_ids=not self.kv_unified,
-                          widens_to=self.kv_capacity if self.widens else 0, narrows_to=self.narrows_to)
+                          widens_to=self.kv_capacity if self.widens else 0, narrows_to=self.narrows_to,
+                          attention_bound_prefill=on_cpu(self.n_gpu_layers))
 
     def describe(self) -> dict[str, Any]:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,

@@ -42,6 +42,7 @@ from runtime.policy_view import SchedulerView
 from runtime.prefix_cache import PrefixCache
 from runtime.prefix_planner import PrefixPlanner
 from runtime.preemption import pick_victim
+from runtime.prefill_budget import cells_of, reference_cells, tokens_within
 from runtime.request import Request, RequestOutput, RequestStatus
 from runtime.stats_builder import StatsBuilder, StepTally
 from runtime.step_outcome import Delivery, StepOutcome
@@ -257,7 +258,11 @@ class Scheduler:
     def _prompt_chunks(self, planned: int) -> list[Row]:
         """Prompt chunks within the prefill budget and the KV left, a prompt's first one after its prefix lookup."""
         rows: list[Row] = []
-        budget = min(self.config.prefill_chunk, self.caps.max_step_tokens - planned)
+        chunk = self.config.prefill_chunk
+        budget = min(chunk, self.caps.max_step_tokens - planned)
+        # Beside decode rows, deep chunks share a full chunk's row-cells near a prompt's start.
+        reference = reference_cells(chunk)
+        cells = reference if planned and self.caps.attention_bound_prefill else None
         by_age = sorted((lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
                         key=lambda lane: lane.admitted_seq)
         for lane in by_age:
@@ -275,7 +280,9 @@ class Scheduler:
                 held = 0
             if budget <= 0 or not self.prefix.make_room(planned + 1):
                 break
-            if available <= 0:
+            # The oldest prompt keeps its share of the row-cells too.
+            room = None if cells is None else max(cells, reference // OLDEST_PROMPT_SHARE) if oldest else cells
+            if available <= 0 or (room is not None and room <= 0):
                 continue
             request = lane.request
             if not lane.prefix_checked:
@@ -288,12 +295,17 @@ class Scheduler:
                 self.prefix.make_sequence_room(self.lanes)
             start = request.num_computed_tokens
             want = min(request.num_tokens - start, available)
+            # A prompt that one chunk finishes goes whole: only a long one, deep in, gives way.
+            if room is not None and request.num_tokens - start > chunk:
+                want = min(want, tokens_within(start, room, chunk))
             self.prefix.make_room(planned + want)
             end, checkpoint = self.prefix.chunk_end(request, start, start + min(want, self.kv.free_tokens - planned))
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
                             checkpoint=checkpoint))
             n = end - start
             budget -= n
+            if cells is not None:
+                cells -= cells_of(start, n, chunk)
             planned += n
             computing.append(request)
         return rows

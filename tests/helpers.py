@@ -18,10 +18,12 @@ class Harness:
     def __init__(self, **config) -> None:
         self.engine = ModeledEngine()
         kv_capacity = config.pop("kv_capacity", self.engine.kv_capacity)
+        # As a CPU engine says: a prompt chunk's cost grows with its depth.
+        attention_bound = config.pop("attention_bound", False)
         self.scheduler = Scheduler(
             SchedulerConfig(**config),
             EngineCaps(kv_capacity=kv_capacity, max_context=self.engine.max_context,
-                       max_step_tokens=self.engine.max_step_tokens),
+                       max_step_tokens=self.engine.max_step_tokens, attention_bound_prefill=attention_bound),
         )
         self.clock = VirtualClock()
         self.steps: list[StepStats] = []

@@ -55,6 +55,37 @@ def test_chunked_prefill_never_starves_running_decodes():
     assert all(r.num_output_tokens == 400 for r in runners)
 
 
+def test_a_long_prompt_deep_in_gives_way_to_decodes_where_attention_bounds_its_chunks():
+    """On a CPU a chunk's attention grows with its depth: beside decode rows, a long prompt's chunk
+    gets at most a full chunk's row-cells near a prompt's start (100 tokens over 200 positions),
+    its last chunk goes whole, and alone in a step it gets full chunks."""
+    h = Harness(policy="continuous", max_batch=4, prefill_chunk=100, attention_bound=True)
+    runners = [h.add(400) for _ in range(3)]
+    for _ in range(5):
+        h.step()
+    long_prompt = h.add(5, prompt=1000)
+    chunks = []
+    while long_prompt.num_output_tokens == 0:
+        start = long_prompt.num_computed_tokens
+        stats = h.step()
+        assert stats.decode_rows == 3
+        chunks.append((start, long_prompt.num_computed_tokens - start))
+    assert chunks[:2] == [(0, 100), (100, 100)]
+    assert all(n * max(start + n, 200) <= 100 * 200 for start, n in chunks[:-1])
+    assert chunks[-1][1] == 1000 - chunks[-1][0] <= 100
+    assert chunks[-2][1] < 30 and len(chunks) > 20
+    h.run()
+    assert all(r.num_output_tokens == 400 for r in runners)
+
+    alone = Harness(policy="continuous", max_batch=4, prefill_chunk=100, attention_bound=True)
+    deep = alone.add(1, prompt=1000)
+    steps = 0
+    while deep.num_output_tokens == 0:
+        alone.step()
+        steps += 1
+    assert steps == 10
+
+
 def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
     h = Harness(policy="continuous", max_batch=4, prefill_chunk=100)
     long_prompt = h.add(5, prompt=1000)
