@@ -322,3 +322,23 @@ def test_the_status_bar_says_when_a_neighbour_took_llama_cpp_threads(window, mon
                                                                  other_processes_cpu_cores=1.0))
     window._refresh_slow(window.service.engine_thread)
     assert window.status.rate.text().endswith("; llama.cpp on 1 of 2 threads: other processes use 1.0 cores")
+
+
+def test_a_marker_at_the_newest_step_keeps_its_label_inside_the_plot(window, qtbot):
+    import pyqtgraph as pg
+
+    swarm = start_load(window)
+    try:
+        qtbot.waitUntil(lambda: len(window.plots.series("tok_s")) > 10, timeout=5000)
+        window.feed.mark("→ a label as long as a kernel switch's")
+        qtbot.waitUntil(lambda: "→ a label as long as a kernel switch's" in window.plots.marker_labels(), timeout=3000)
+    finally:
+        swarm.stop()
+    for plot in window.plots.plots.values():
+        view = plot.getViewBox().sceneBoundingRect()
+        lines = [item for item in plot.items if isinstance(item, pg.InfiniteLine)]
+        assert lines
+        for line in lines:
+            label = line.label.sceneBoundingRect()
+            # At the right edge the text sits left of its line rather than running off the plot.
+            assert view.left() <= label.left() and label.right() <= view.right() + 1, (label, view)

@@ -156,7 +156,7 @@ class PlotsPanel(QtWidgets.QWidget):
         line = pg.InfiniteLine(
             pos=marker.time, angle=90, movable=False, pen=_pen(theme.MARKER, 1.5, dash=True),
             label=marker.label,
-            labelOpts={"position": 0.8 if top else 0.75, "color": theme.MARKER, "anchors": [(0, 0.5), (0, 0.5)],
+            labelOpts={"position": 0.8 if top else 0.75, "color": theme.MARKER, "anchors": [(0, 0.5), (1, 0.5)],
                        "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")},
         )
         plot.addItem(line, ignoreBounds=True)
