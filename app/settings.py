@@ -75,8 +75,9 @@ class Settings(BaseSettings):
         "auto", description="llama.cpp's extra buffer types (AMX, repacked weights), which crash or miscompute on "
         "some CPUs: auto decides by a one-time probe in a child process, remembered per build, CPU and model")
     park_budget_mb: int = Field(
-        2048, ge=0, le=1 << 20, description="Unified KV: host memory where finished sequences kept for prefix reuse "
-        "wait (parked) instead of KV cells, which every live sequence's attention walks; 0 keeps them in the KV")
+        2048, ge=0, le=1 << 20, description="Host memory where finished sequences kept for prefix reuse wait "
+        "(parked): under unified KV instead of cells every live sequence's attention walks, under split KV once a "
+        "new lane needs their stream (more agents than lanes); 0 keeps them in the KV only")
     kv_unified: bool | None = Field(
         None, description="One KV pool every lane may fill, sharing a common prefix's cells; off gives each lane its "
         "own n_ctx/max_batch share (llama-server's layout), whose attention walks only its own cells; none chooses: "

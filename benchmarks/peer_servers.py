@@ -8,6 +8,7 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
     python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4   # every chat to its end
     python benchmarks/peer_servers.py --llama-server PATH --requests 8   # the same 64 requests for each server
     python benchmarks/peer_servers.py --llama-server PATH --long-prompt-tokens 500   # one agent pastes files
+    python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4 --agents 16 --lanes 8
 
 --real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
@@ -91,9 +92,9 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     peer_threads = ["-t", str(args.threads), "-tb", str(args.threads)] if args.threads else []
     commands = {
         "swarm-panel": [sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
-                        "--port", str(port), "--max-batch", str(args.agents), "--n-ctx", str(args.n_ctx),
+                        "--port", str(port), "--max-batch", str(args.lanes), "--n-ctx", str(args.n_ctx),
                         *ours_threads, "--policy", "continuous", *args.ours_arg],
-        "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.agents),
+        "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.lanes),
                          "-c", str(args.n_ctx), *peer_threads, "--no-webui", *args.peer_arg],
     }
     for checkout in args.checkout:
@@ -211,6 +212,9 @@ def main() -> int:
     parser.add_argument("--llama-server", type=Path, required=True)
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the demo model)")
     parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--lanes", type=int, default=None,
+                        help="sequences each server runs at once (default: one per agent); fewer than the agents "
+                             "is a swarm larger than its lanes, whose conversations wait outside the streams")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=32)
@@ -250,6 +254,7 @@ def main() -> int:
     parser.add_argument("--logs", default="/tmp/peer-bench-logs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.lanes = args.lanes or args.agents
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     model = args.model or (resolve_model(None)[0] if args.real_agents else ensure_demo_model())
     eog = eog_tokens(model)
@@ -282,7 +287,8 @@ def main() -> int:
     else:
         shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
     beside = f", beside {args.busy_cores} busy core(s)" if args.busy_cores else ""
-    print(f"\n{args.agents} agents, {shape} x {args.rounds} rounds, model {model.name}{beside}")
+    lanes = f" on {args.lanes} lanes" if args.lanes != args.agents else ""
+    print(f"\n{args.agents} agents{lanes}, {shape} x {args.rounds} rounds, model {model.name}{beside}")
     for name, runs in results.items():
         tok_s = summary[name]
         ratio = f"  swarm-panel / this = {base / tok_s:.2f}x" if base and name != "swarm-panel" and tok_s else ""

@@ -30,9 +30,10 @@ def fill_free_lanes(waiting: deque[Request], lanes: LaneTable, kv: KVBudget, pre
             continue
         request = waiting[0]
         need = request.num_tokens + 1 + state
-        # A cached sequence it will adopt moves from kv_cached to kv_used instead of being computed.
+        # A resident cached sequence it will adopt moves from kv_cached to kv_used instead of being
+        # computed; a parked one comes back from host RAM into cells it needs like any prompt.
         adopt = prefix.adoptable(request)
-        if adopt is not None:
+        if adopt is not None and not adopt.parked:
             need -= adopt.num_tokens + state
         while not kv.can_admit(need, promised) and prefix.evict_one(keep=adopt):
             pass

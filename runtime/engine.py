@@ -42,6 +42,9 @@ class PrefixOpKind(enum.IntEnum):
     ADOPT = 1
     # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
     COPY = 2
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.kv_parking),
+    # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
+    PARK = 3
 
 
 @dataclass(slots=True)
@@ -121,6 +124,9 @@ class EngineCaps:
     turn_end_tokens: frozenset[int] = frozenset()
     # Host RAM where the engine parks finished sequences out of its KV cells (runtime.kv_parking); None: never.
     parked: ParkedSequences | None = None
+    # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
+    # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
+    parks_evicted: bool = False
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
     # cached sequences then stay within the width, so the ids in use are low and gap-free.
     consecutive_ids: bool = False

@@ -1,10 +1,11 @@
 """The KV budget: how many KV tokens the scheduler may hand out, and live counters of what is held.
 
 Lanes hold `used`: each occupied lane's computed tokens and padding rows, plus, on a hybrid model, a
-fixed recurrent state per sequence (`state_tokens`). Finished sequences kept for prefix reuse hold
-`cached`, read from the prefix cache's own counter. Every change to what a lane holds goes through
-`allocate` and `free`, so a check costs the same however many lanes there are; the lane table
-(runtime.lanes) asserts at the end of each step that `used` equals a fresh recount over its lanes.
+fixed recurrent state per sequence (`state_tokens`). Finished sequences kept resident for prefix
+reuse hold `cached`, read from the prefix cache's own counters (a parked one holds none). Every
+change to what a lane holds goes through `allocate` and `free`, so a check costs the same however
+many lanes there are; the lane table (runtime.lanes) asserts at the end of each step that `used`
+equals a fresh recount over its lanes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class KVBudget:
 
     @property
     def cached(self) -> int:
-        return self._cache.num_tokens + self.state_tokens * len(self._cache)
+        return self._cache.num_tokens + self.state_tokens * self._cache.num_resident
 
     @property
     def free_tokens(self) -> int:

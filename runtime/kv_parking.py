@@ -1,4 +1,4 @@
-"""Finished sequences parked in host RAM: what a unified KV pool keeps for prefix reuse, out of its cells.
+"""Finished sequences parked in host RAM: what the engine keeps for prefix reuse out of its KV cells.
 
 llama.cpp attends over every used cell of a unified pool (masked where another sequence owns it), so
 a finished sequence left resident slows every live one; one step of 8 lanes with 8 idle sequences of
@@ -11,6 +11,12 @@ sequence's own cells while a restore copies all of them back: the engine parks a
 only where at least half of it is its own (runtime.llama_engine). Measured over HTTP, 8 agents: short
 unrelated requests 75 against 67 tok/s with parking on; agents on one ~1,000-token system prompt lost
 23% when every sequence was parked, which that rule is for.
+
+Split KV gives each finished sequence its lane's stream, so there the cache holds no more sequences
+than lanes: in a swarm larger than its lanes, each new turn took the stream of a conversation whose
+agent was next in the queue. There the scheduler parks the sequence it evicts for room (a PARK op)
+and a later turn restores it into a free stream, as llama-server's `--cache-ram` does; past the
+budget the oldest parked state goes.
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ class ParkedSequences:
         if entry is not None:
             self.num_bytes -= entry.nbytes
         return entry
+
+    def oldest(self) -> int | None:
+        """The request id of the state parked longest ago; None when none is."""
+        return next(iter(self._entries), None)
 
     def lengths(self) -> list[int]:
         return [entry.num_tokens for entry in self._entries.values()]

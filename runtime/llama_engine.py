@@ -161,7 +161,8 @@ class LlamaEngine:
         self._lanes: dict[int, _Lane] = {}
         # request_id of a finished request -> the cache sequence id holding its prefix.
         self._cached: dict[int, int] = {}
-        # Unified KV: finished sequences kept for reuse wait in host RAM instead (runtime.kv_parking).
+        # Finished sequences kept for reuse wait in host RAM (runtime.kv_parking): under unified KV
+        # as they finish, under split KV once the scheduler evicts them from their streams.
         self._park_cached = park_cached
         self._parked = ParkedSequences(park_budget_bytes)
         # cache seq id -> leading tokens whose cells it shares with another sequence.
@@ -240,6 +241,7 @@ class LlamaEngine:
             n_seq_max = max_lanes + cache_slots
         self.kv_unified = kv_unified
         self.parks_cached = kv_unified and self._park_cached
+        self.parks_evicted = not kv_unified and self._park_cached
         self.max_cached_sequences = cache_slots
         # Live plus cached sequences the engine holds at once.
         self.max_sequences = n_seq_max
@@ -419,7 +421,8 @@ class LlamaEngine:
         return EngineCaps(self.kv_capacity, self.max_context, self.max_step_tokens, self.max_lanes,
                           self.max_cached_sequences, self.max_sequences, self.copies_prefixes, self.checkpoints,
                           self.sequence_state_tokens, self.turn_end_tokens,
-                          parked=self._parked if self.parks_cached else None,
+                          parked=self._parked if self.parks_cached or self.parks_evicted else None,
+                          parks_evicted=self.parks_evicted,
                           consecutive_ids=not self.kv_unified,
                           widens_to=self.kv_capacity if self.widens else 0, narrows_to=self.narrows_to,
                           attention_bound_prefill=on_cpu(self.n_gpu_layers))
@@ -428,7 +431,7 @@ class LlamaEngine:
         memory = {"memory_kind": self.memory_kind, "checkpoints": 0, "checkpoint_bytes": 0,
                   "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes,
                   "parked_sequences": len(self._parked), "parked_bytes": self._parked.num_bytes,
-                  "park_budget_bytes": self._parked.budget_bytes if self.parks_cached else 0}
+                  "park_budget_bytes": self._parked.budget_bytes if self.parks_cached or self.parks_evicted else 0}
         fit = self.call_cost.coefficients
         governor = self._governor
         memory.update(n_threads=self.n_threads, threads_follow_contention=governor is not None,
@@ -579,6 +582,9 @@ class LlamaEngine:
         if op.kind is PrefixOpKind.CACHE:
             self._cache_sequence(op, refused)
             return
+        if op.kind is PrefixOpKind.PARK:
+            self._park_evicted(op, refused)
+            return
         dest, n, source_id = op.dest, op.num_tokens, None
         try:
             if dest.request_id in self._lanes:
@@ -591,6 +597,9 @@ class LlamaEngine:
             else:
                 source_lane = self._lanes.get(op.source.request_id)
                 source_id = source_lane.seq_id if source_lane else self._cached.get(op.source.request_id)
+            if source_id is None and op.source.request_id in refused:
+                # Parked, then pushed out of the park budget by a park earlier in this plan.
+                raise MemoryRefused(f"the prefix source (request {op.source.request_id}) left host RAM")
             if source_id is None:
                 raise ValueError(f"the prefix source (request {op.source.request_id}) holds no KV here")
             held = self._memory.held(source_id)
@@ -665,6 +674,30 @@ class LlamaEngine:
             raise MemoryRefused(f"parking {len(data)} bytes would pass the park budget of "
                                 f"{self._parked.budget_bytes} bytes")
         self._parked.put(rid, ParkedSequence(data, n))
+
+    def _park_evicted(self, op: PrefixOp, refused: dict[int, str]) -> None:
+        """A cached sequence leaves its stream for host RAM, its id free for a live lane; the oldest
+        parked states make way past the budget, and the scheduler hears of each that went (refused)."""
+        rid = op.source.request_id
+        seq_id = self._cached.pop(rid, None)
+        if seq_id is None:
+            # Released in this very plan.
+            return
+        try:
+            data = self._memory.save(seq_id)
+            if len(data) > self._parked.budget_bytes:
+                raise MemoryRefused(f"{len(data)} bytes are more than the park budget of "
+                                    f"{self._parked.budget_bytes} bytes")
+            while not self._parked.fits(len(data)):
+                oldest = self._parked.oldest()
+                self._parked.pop(oldest)
+                refused[oldest] = "parked sequences over the park budget: the oldest went"
+            self._parked.put(rid, ParkedSequence(data, op.num_tokens))
+        except MemoryRefused as exc:
+            log.info("request %d's sequence is not parked: %s", rid, exc)
+            refused[rid] = str(exc)
+        finally:
+            self._free_cached_id(seq_id)
 
     def _cache_sequence(self, op: PrefixOp, refused: dict[int, str]) -> None:
         """A finished request's sequence stays resident, cut to op.num_tokens, or is freed if it cannot be."""

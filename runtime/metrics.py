@@ -78,7 +78,7 @@ class MetricsSnapshot:
     # A hybrid model's recurrent-state checkpoints, in a memory budget of their own (0 for attention models).
     checkpoints: int = 0
     checkpoint_bytes: int = 0
-    # Finished sequences parked in host RAM instead of KV cells (unified KV).
+    # Finished sequences parked in host RAM instead of KV cells.
     parked_sequences: int = 0
     parked_bytes: int = 0
     # Totals since reset, as vLLM names them: prompt tokens looked up, and tokens served from cache.

@@ -13,6 +13,11 @@ millisecond, done once per admitted request, and needs no per-token node objects
 
 On a hybrid or recurrent model a sequence can resume only where its recurrent state is known (its
 own end, or a checkpoint): the planner passes `resume`, which cuts each match back to such a point.
+
+An entry is resident (its KV in the engine's cells, under a sequence id) or parked (in host RAM,
+runtime.kv_parking): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
+only resident entries count in `num_tokens` and `num_resident`, what the KV budget and the id pool
+read.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class CacheEntry:
     # Token ids at positions 0..len-1 of that sequence.
     tokens: np.ndarray
     agent: str
+    # Parked in host RAM (runtime.kv_parking): it holds no KV cells and no sequence id until reused.
+    parked: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -66,10 +73,14 @@ class Match:
 
 
 class PrefixCache:
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_parked: int = 0) -> None:
+        # Resident entries at most, and parked ones beside them (an engine that parks evicted sequences).
         self.max_entries = max_entries
+        self.max_parked = max_parked
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # coldest first
+        # What the resident entries hold of the KV (tokens) and of the engine's sequence ids.
         self.num_tokens = 0
+        self.num_resident = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -81,18 +92,37 @@ class PrefixCache:
         return self._entries.get(handle.request_id)
 
     def insert(self, handle: Request, num_tokens: int, limit: int | None = None) -> list[CacheEntry]:
-        """Caches the first num_tokens of a finished request; returns the entries evicted to stay within
-        max_entries (and `limit`, where the caller holds fewer)."""
+        """Caches the first num_tokens of a finished request, resident; returns the resident entries
+        evicted, coldest first, to stay within max_entries (and `limit`, where the caller holds fewer):
+        the caller drops them or parks them (`add_parked`)."""
         evicted: list[CacheEntry] = []
         if self.max_entries < 1 or num_tokens < MIN_MATCH_TOKENS:
             return evicted
         cap = self.max_entries if limit is None else max(1, min(limit, self.max_entries))
-        while len(self._entries) >= cap:
+        while self.num_resident >= cap:
             evicted.append(self.pop_lru())
-        entry = CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent)
-        self._entries[handle.request_id] = entry
-        self.num_tokens += entry.num_tokens
+        self._add(CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent))
         return evicted
+
+    def add_parked(self, entry: CacheEntry) -> list[CacheEntry]:
+        """Keeps an evicted entry as parked; returns the parked entries beyond max_parked, coldest first,
+        which leave."""
+        entry.parked = True
+        self._add(entry)
+        over = [e for e in self._entries.values() if e.parked][:max(self.num_parked - self.max_parked, 0)]
+        for e in over:
+            self.remove(e)
+        return over
+
+    @property
+    def num_parked(self) -> int:
+        return len(self._entries) - self.num_resident
+
+    def _add(self, entry: CacheEntry) -> None:
+        self._entries[entry.handle.request_id] = entry
+        if not entry.parked:
+            self.num_tokens += entry.num_tokens
+            self.num_resident += 1
 
     def longest_match(self, tokens: np.ndarray, limit: int,
                       live: Iterable[tuple[Request, np.ndarray]] = (),
@@ -131,12 +161,15 @@ class PrefixCache:
 
     def remove(self, entry: CacheEntry) -> None:
         del self._entries[entry.handle.request_id]
-        self.num_tokens -= entry.num_tokens
+        if not entry.parked:
+            self.num_tokens -= entry.num_tokens
+            self.num_resident -= 1
 
     def pop_lru(self, keep: CacheEntry | None = None) -> CacheEntry | None:
-        """Removes and returns the coldest entry other than `keep`; None when there is none."""
+        """Removes and returns the coldest resident entry other than `keep`; None when there is none
+        (a parked entry holds nothing of the engine's to free)."""
         for entry in self._entries.values():
-            if entry is not keep:
+            if entry is not keep and not entry.parked:
                 self.remove(entry)
                 return entry
         return None
@@ -144,5 +177,5 @@ class PrefixCache:
     def clear(self) -> list[CacheEntry]:
         entries = list(self._entries.values())
         self._entries.clear()
-        self.num_tokens = 0
+        self.num_tokens = self.num_resident = 0
         return entries

@@ -8,7 +8,10 @@ keeps at most one finished sequence per lane of width. An engine whose live and 
 one pool of ids (llama.cpp's split KV) gets a lane that starts evicting a cached sequence when the
 pool (within the width) is full, and adopts instead of copying where no id is left for the copy. Cached KV always yields: entries are
 evicted, least recently used first, whenever live sequences need the room, before anything live is
-preempted.
+preempted. Where the engine parks evicted sequences (`parks_evicted`: split KV), an evicted entry
+stays in the cache as parked in host RAM (a PARK op), holding no cells and no id, and a request that
+matches it gets it restored into an id of its own; a copy then parks a cached sequence for its id
+rather than adopting, and so cutting back, another agent's conversation.
 
 Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
 only where it stands, so a match is cut back to where its source can resume (runtime.resume), and
@@ -33,6 +36,11 @@ from runtime.resume import Resumption
 
 log = logging.getLogger(__name__)
 
+# The engine applies a plan's ops in order: finished sequences are cached, then parked (freeing their
+# ids), and only then does a restore or a copy take an id (a copy from a sequence parked in the same
+# plan comes from host RAM).
+_OP_ORDER = {PrefixOpKind.CACHE: 0, PrefixOpKind.PARK: 1, PrefixOpKind.ADOPT: 2, PrefixOpKind.COPY: 2}
+
 
 class PrefixPlanner:
     def __init__(self, cache: PrefixCache, kv: KVBudget, caps: EngineCaps, config: SchedulerConfig) -> None:
@@ -41,6 +49,7 @@ class PrefixPlanner:
         self.copies = caps.copies_prefixes
         self.max_sequences = caps.max_sequences
         self.consecutive_ids = caps.consecutive_ids
+        self.parks = caps.parks_evicted and cache.max_parked > 0
         # None for attention models: any prefix of a sequence can be reused.
         self.resumption = Resumption(caps.checkpoints, caps.turn_end_tokens) if caps.checkpoints is not None else None
         self.config = config
@@ -60,10 +69,10 @@ class PrefixPlanner:
 
     def take(self) -> tuple[list[Request], list[PrefixOp]]:
         """The releases and prefix ops for the plan going out; a copy's source stays until the next one."""
-        sources = {op.source.request_id for op in self._ops if op.kind is not PrefixOpKind.CACHE}
+        sources = {op.source.request_id for op in self._ops if op.kind in (PrefixOpKind.ADOPT, PrefixOpKind.COPY)}
         release = [r for r in self._release if r.request_id not in sources]
         self._release = [r for r in self._release if r.request_id in sources]
-        ops, self._ops = self._ops, []
+        ops, self._ops = sorted(self._ops, key=lambda op: _OP_ORDER[op.kind]), []
         return release, ops
 
     def release(self, request: Request) -> None:
@@ -79,7 +88,7 @@ class PrefixPlanner:
         # At most one finished sequence per lane of width, as llama-server's slots each keep their last
         # prompt: llama.cpp attends over idle cells too (masked), so idle KV beyond that slows every step.
         for entry in self.cache.insert(request, n, limit=self.config.max_batch):
-            self._drop(entry)
+            self._evict(entry)
         if self.cache.get(request) is None:
             self._release.append(request)
         else:
@@ -88,12 +97,23 @@ class PrefixPlanner:
     # -- room --------------------------------------------------------------------------------------
 
     def evict_one(self, keep: CacheEntry | None = None) -> bool:
+        """Frees the KV cells and the sequence id of the coldest resident cached sequence but `keep`."""
         entry = self.cache.pop_lru(keep)
         if entry is None:
             return False
-        self.num_evictions += 1
-        self._drop(entry)
+        self._evict(entry)
         return True
+
+    def _evict(self, entry: CacheEntry) -> None:
+        """An entry out of the resident cache waits in host RAM where the engine parks evicted
+        sequences (a swarm larger than its lanes keeps every agent's conversation), else it goes."""
+        self.num_evictions += 1
+        if not self.parks:
+            self._drop(entry)
+            return
+        self._ops.append(PrefixOp(PrefixOpKind.PARK, entry.handle, None, entry.num_tokens))
+        for old in self.cache.add_parked(entry):
+            self._drop(old)
 
     def make_room(self, tokens: int, keep: CacheEntry | None = None) -> bool:
         """Evicts cached sequences, coldest first, until `tokens` fit; says whether they do."""
@@ -102,17 +122,20 @@ class PrefixPlanner:
                 return False
         return True
 
-    def make_sequence_room(self, lanes: Sequence[Lane]) -> None:
-        """Evicts cached sequences until the engine's pool of ids holds them and every started lane's.
+    def make_sequence_room(self, lanes: Sequence[Lane], keep: CacheEntry | None = None) -> bool:
+        """Evicts cached sequences (but `keep`) until the engine's pool of ids holds them and every
+        started lane's; says whether it does.
 
         Called as a lane starts (its first chunk, after any adoption), so a lane that was admitted
         counting on an entry someone else took still finds an id.
         """
         pool = self._pool()
         if pool is None:
-            return
-        while self._started(lanes) + len(self.cache) > pool and self.evict_one():
-            pass
+            return True
+        while self._started(lanes) + self.cache.num_resident > pool:
+            if not self.evict_one(keep):
+                return False
+        return True
 
     def _pool(self) -> int | None:
         if self.max_sequences is None:
@@ -205,7 +228,17 @@ class PrefixPlanner:
             return 0
         n = match.num_tokens
         source = match.source
-        if isinstance(source, CacheEntry) and (self._adopts(request, source, n) or not self._id_left_for_copy(lanes)):
+        cached = isinstance(source, CacheEntry)
+        adopt = cached and self._adopts(request, source, n)
+        if self.parks and (not adopt or source.parked):
+            # A copy, or a restore from host RAM, takes an id of the lane's own: other cached sequences
+            # are parked for it, else the source itself, which the copy then comes from.
+            if not self.make_sequence_room(lanes, keep=source if cached else None) and cached and not source.parked:
+                self.cache.remove(source)
+                self._evict(source)
+        elif cached and not self._id_left_for_copy(lanes):
+            adopt = True
+        if adopt:
             self.cache.remove(source)
             op = PrefixOp(PrefixOpKind.ADOPT, source.handle, request, n)
         else:

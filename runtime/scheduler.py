@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 _CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
 # The oldest prompt's least share of a step's prefill budget (1/N) when the policy puts others first.
 OLDEST_PROMPT_SHARE = 4
+# Cached sequences parked in host RAM at most, where the engine parks evicted ones: each admitted
+# prompt is compared with every entry, so the count stays small beside the engine's byte budget.
+MAX_PARKED = 256
 
 
 class Scheduler:
@@ -71,7 +74,7 @@ class Scheduler:
         # Outputs of the call now running; every public call hands them back before it returns.
         self._outputs: list[Delivery] = []
         # 0 entries means the engine takes no prefix ops: no reuse at all.
-        self.prefix_cache = PrefixCache(caps.max_cached_sequences)
+        self.prefix_cache = PrefixCache(caps.max_cached_sequences, MAX_PARKED if caps.parks_evicted else 0)
         self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache)
         self.kv.limit = config.kv_budget
         self.lanes = LaneTable(config.max_batch, self.kv)

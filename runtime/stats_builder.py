@@ -97,7 +97,7 @@ class StatsBuilder:
             kv_used=sched.kv_used,
             kv_capacity=sched.kv_budget,
             kv_cached=sched.kv_cached,
-            cached_sequences=len(sched.prefix_cache),
+            cached_sequences=sched.prefix_cache.num_resident,
             checkpoints=len(checkpoints) if checkpoints is not None else 0,
             checkpoint_bytes=checkpoints.num_bytes if checkpoints is not None else 0,
             checkpoint_budget_bytes=checkpoints.budget_bytes if checkpoints is not None else 0,

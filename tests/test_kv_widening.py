@@ -189,7 +189,8 @@ def test_a_widened_layout_narrows_back_and_can_widen_again(tiny_model_path):
         engine.narrow("after a test")
         caps = engine.caps
         assert (caps.max_context, caps.widens_to, caps.narrows_to, caps.consecutive_ids) == (4096, 8192, 0, True)
-        assert caps.max_cached_sequences == 2 and caps.parked is None
+        # Split again: finished sequences stay in their streams, and go to host RAM only when evicted.
+        assert caps.max_cached_sequences == 2 and caps.parks_evicted and not engine.parks_cached
         assert engine.describe()["kv_layout"] == "split KV (4096 tokens a lane; back from unified after a test)"
         engine.widen("another test")
         assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)

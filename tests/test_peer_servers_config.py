@@ -53,9 +53,18 @@ def test_one_agent_can_send_long_prompts_beside_the_fixed_lengths():
 
 def test_a_variant_runs_the_same_serve_command_with_its_flags(tmp_path):
     args = _args(llama_server=tmp_path / "llama-server", threads=None, n_ctx=32768, ours_arg=[], peer_arg=[],
-                 checkout=[], peer_fa_off=False, ours_variant=[variant("unified=--kv-unified --cache-slots 4")])
+                 checkout=[], peer_fa_off=False, ours_variant=[variant("unified=--kv-unified --cache-slots 4")],
+                 lanes=8)
     commands = server_commands(args, tmp_path / "m.gguf", 8080)
     assert commands["swarm-panel-unified"] == [*commands["swarm-panel"], "--kv-unified", "--cache-slots", "4"]
+
+
+def test_a_swarm_larger_than_its_lanes_gives_every_server_that_many_lanes(tmp_path):
+    args = _args(llama_server=tmp_path / "llama-server", threads=None, n_ctx=32768, ours_arg=[], peer_arg=[],
+                 checkout=[], peer_fa_off=False, ours_variant=[], agents=16, lanes=8)
+    commands = server_commands(args, tmp_path / "m.gguf", 8080)
+    ours, peer = commands["swarm-panel"], commands["llama-server"]
+    assert ours[ours.index("--max-batch") + 1] == "8" and peer[peer.index("-np") + 1] == "8"
 
 
 def test_a_variant_needs_a_name_and_flags():

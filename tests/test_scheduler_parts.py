@@ -54,6 +54,51 @@ def test_the_kv_budget_counts_what_lanes_hold_and_what_the_cache_keeps():
     assert kv.used == 0
 
 
+def test_parked_entries_hold_no_kv_and_the_oldest_leave_past_their_count():
+    cache = PrefixCache(2, max_parked=2)
+    kv = KVBudget(capacity=100, state_tokens=3, cache=cache)
+    finished = [Request(list(range(i, i + 20)), SamplingParams(max_tokens=1)) for i in range(4)]
+    for request in finished[:2]:
+        assert cache.insert(request, 20) == []
+    evicted = cache.insert(finished[2], 20)
+    assert [e.handle for e in evicted] == [finished[0]] and cache.num_resident == 2
+    assert cache.add_parked(evicted[0]) == [] and kv.cached == 2 * (20 + 3) and len(cache) == 3
+    cache.add_parked(cache.pop_lru())
+    assert cache.insert(finished[3], 20) == []
+    oldest = cache.add_parked(cache.pop_lru())
+    # Three parked beside room for two: the one parked first leaves; none of them holds KV.
+    assert [e.handle for e in oldest] == [finished[0]] and (cache.num_resident, cache.num_parked) == (1, 2)
+    assert kv.cached == 20 + 3 and cache.num_tokens == 20
+
+
+def test_a_parked_conversation_is_admitted_only_where_its_restored_tokens_fit():
+    from runtime.admission import fill_free_lanes
+    from runtime.lanes import LaneTable
+
+    cache = PrefixCache(2, max_parked=2)
+    kv = KVBudget(capacity=40, state_tokens=0, cache=cache)
+    earlier = Request(list(range(50)), SamplingParams(max_tokens=1))
+    cache.insert(earlier, 50)
+    entry = cache.pop_lru()
+    cache.add_parked(entry)
+
+    class Planner:
+        def adoptable(self, request):
+            return entry
+
+        def evict_one(self, keep=None):
+            return False
+
+    # 60 prompt tokens whose first 50 come back from host RAM: they need cells, which 40 are not.
+    waiting = __import__("collections").deque([Request(list(range(60)), SamplingParams(max_tokens=1))])
+    lanes = LaneTable(2, kv)
+    fill_free_lanes(waiting, lanes, kv, Planner(), width=2)
+    assert len(waiting) == 1 and not lanes.of
+    kv.capacity = 61
+    fill_free_lanes(waiting, lanes, kv, Planner(), width=2)
+    assert not waiting and len(lanes.of) == 1
+
+
 def test_update_returns_the_steps_outputs_and_record_and_keeps_nothing_back():
     h = Harness(policy="continuous", max_batch=2)
     first, second = h.add(3), h.add(1)

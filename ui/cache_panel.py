@@ -43,4 +43,6 @@ class CachePanel(QtWidgets.QGroupBox):
             f"hit rate {snap.prefix_hit_rate:.0%} overall, {snap.prefix_window_hit_rate:.0%} lately\n"
             f"prompt tokens: {hits:,} reused, {queried - hits:,} computed\n"
             f"cached: {snap.cached_sequences} sequences, {snap.kv_cached:,} KV tokens ({snap.kv_cached_pct:.1f}%)"
+            + (f"; {snap.parked_sequences} parked in host RAM ({snap.parked_bytes / 1e6:,.1f} MB)"
+               if snap.parked_sequences else "")
         )
