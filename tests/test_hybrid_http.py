@@ -57,12 +57,11 @@ def test_agents_sharing_a_system_prompt_repeats_and_next_turns_get_fresh_text(se
     # The system message ends at its first <|im_end|>: every later request resumes at least there.
     system_end = server.service.engine.tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>")
     assert cached[0] == 0 and min(cached[1:]) >= len(system_end)
-    if server.service.describe()["kv_unified"]:
-        # Unified KV copies prefixes, so each agent's own sequence stays cached: the repeat resumes one
-        # token short of its prompt, every next turn at least at its previous prompt. (Split KV adopts
-        # a cached stream whole, so the second agent already took over the first one's.)
-        assert cached[3] == repeat.usage.prompt_tokens - 1
-        assert all(c >= answers[i].usage.prompt_tokens - 1 for i, c in enumerate(cached[4:]))
+    # Another agent copies the system prompt (split KV: into a stream of its own), so each agent's own
+    # sequence stays cached: the repeat resumes one token short of its prompt, every next turn at least
+    # at its previous prompt.
+    assert cached[3] == repeat.usage.prompt_tokens - 1
+    assert all(c >= answers[i].usage.prompt_tokens - 1 for i, c in enumerate(cached[4:]))
     set_reuse(server, True)
 
 
