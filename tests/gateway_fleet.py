@@ -75,8 +75,11 @@ def wait_healthy(url: str, proc: Proc) -> None:
 @contextmanager
 def backend(model: Path, tmp: Path, name: str, max_batch: int = 4, *extra: str):
     port = free_port()
+    # The first load's probes (a child process, then timed decode steps on one thread) can take most of
+    # the health deadline on a busy machine; these tests are about the gateway, so the kernel is given.
     proc = Proc(["serve", "--engine", "llama", "--model", str(model), "--port", str(port), "--threads", "1",
-                 "--max-batch", str(max_batch), "--n-ctx", "8192", *extra], tmp, name)
+                 "--max-batch", str(max_batch), "--n-ctx", "8192", "--flash-attn", "on", "--extra-buffers", "off",
+                 *extra], tmp, name)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
