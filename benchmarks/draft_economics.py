@@ -1,6 +1,7 @@
 """Would drafting tokens pay here? Prompt-lookup speculation, priced on this machine's own steps.
 
     PYTHONPATH=. python benchmarks/draft_economics.py [--model smollm2|demo] [--agents 4] [--turns 4] [--rounds 15]
+        [--live-k 2] [--live-rounds 2]
 
 Prompt-lookup (n-gram) drafting guesses a sequence's next k tokens by finding its last n tokens
 earlier in its prompt or output, and a decode step verifies the guesses as k more rows of that
@@ -22,6 +23,11 @@ The projection multiplies the two for every sequence drafting k rows each step (
 one ubatch): speedup = (1 + gained) * t(B, 0) / t(B, k). The same gains are then priced on the
 modeled card's line t = 16.9 + 1.1 x rows ms, as a model and not a measurement (a 9B model may guess
 its own text less often than a 135M one does).
+
+Last, one agent alone, live: every output is decoded again on one stream, plainly and drafting
+`--live-k` tokens a step (verified as the engine would, the KV of rejected guesses dropped), in
+alternating order. Printed: tok/s of each per round, and whether every output came out the same as
+plain greedy decoding, which a guess's logits (from a several-token ubatch) need not give.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import numpy as np
 
 from app.engines import resolve_model
 from runtime.agent_script import REPEAT_PENALTY, AgentConversation
+from runtime.greedy_sampler import GreedySampler
 from runtime.llama_batch import TokenBatch
 from runtime.llama_engine import default_threads
 from runtime.profiles import RX_9070_XT_QWEN35_9B as CARD
@@ -49,26 +56,39 @@ FLOORS = (1, 2, 3)
 LONGEST_NGRAM = 3
 
 
-def draft(history: list[int], k: int, floor: int) -> list[int]:
-    """The k tokens that followed the latest earlier occurrence of the history's last n tokens,
-    trying n from LONGEST_NGRAM down to `floor`."""
-    for n in range(LONGEST_NGRAM, floor - 1, -1):
-        if len(history) <= n:
-            continue
-        tail = history[-n:]
-        for i in range(len(history) - n - 1, -1, -1):
-            if history[i:i + n] == tail:
-                return history[i + n:i + n + k]
-    return []
+class NgramIndex:
+    """A sequence's tokens, and for every n-gram up to LONGEST_NGRAM where its latest occurrence that
+    something followed ended: a draft is a few dict lookups, as an engine's drafter would be, not a scan."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens: list[int] = []
+        self._followed: dict[tuple[int, ...], int] = {}
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        for token in tokens:
+            end = len(self.tokens)
+            for n in range(1, min(LONGEST_NGRAM, end) + 1):
+                self._followed[tuple(self.tokens[end - n:end])] = end
+            self.tokens.append(token)
+
+    def draft(self, k: int, floor: int) -> list[int]:
+        """The k tokens that followed the latest earlier occurrence of the last n tokens, trying n
+        from LONGEST_NGRAM down to `floor`."""
+        for n in range(min(LONGEST_NGRAM, len(self.tokens)), floor - 1, -1):
+            start = self._followed.get(tuple(self.tokens[-n:]))
+            if start is not None:
+                return self.tokens[start:start + k]
+        return []
 
 
 def gained_per_step(cases: list[tuple[list[int], list[int]]], k: int, floor: int) -> tuple[float, float]:
     """(tokens gained per sequence-step, share of guesses right) replaying greedy outputs."""
     steps = guessed = right = 0
     for prompt, output in cases:
-        history, i = list(prompt), 0
+        history, i = NgramIndex(prompt), 0
         while i < len(output):
-            guess = draft(history, k, floor)
+            guess = history.draft(k, floor)
             hits = 0
             while hits < len(guess) and i + hits < len(output) and guess[hits] == output[i + hits]:
                 hits += 1
@@ -76,7 +96,7 @@ def gained_per_step(cases: list[tuple[list[int], list[int]]], k: int, floor: int
             guessed += len(guess)
             right += hits
             taken = min(hits + 1, len(output) - i)
-            history += output[i:i + taken]
+            history.extend(output[i:i + taken])
             i += taken
     produced = sum(len(output) for _, output in cases)
     return produced / steps - 1.0, right / max(guessed, 1)
@@ -157,6 +177,61 @@ class StepTimer:
         return elapsed
 
 
+def generate_on_one_stream(timer: StepTimer, prompt: list[int], limit: int, sampling: tuple[dict, float, set],
+                           k: int, floor: int) -> tuple[list[int], float, int]:
+    """Greedy decoding of one sequence on stream 0, every step verifying up to k drafted tokens (none
+    when k is 0) as the engine would: a guess stands only if it is the token greedy picks there, and
+    the KV of the guesses after the first miss is dropped. Returns (tokens, seconds, steps); the
+    drafter's own time counts."""
+    bias, penalty, eog = sampling
+    llama_cpp.llama_memory_seq_rm(timer.memory, 0, -1, -1)
+    sampler = GreedySampler(timer.n_vocab, bias, penalty, prompt)
+    started = time.perf_counter()
+    for start in range(0, len(prompt), timer.batch.size):
+        chunk = prompt[start:start + timer.batch.size]
+        timer._decode(chunk, [len(chunk)], [start], [0], [len(chunk) - 1])
+    token = sampler.sample(timer.ctx, len(chunk) - 1)
+    output, steps = [token], 0
+    history = NgramIndex(prompt + output)
+    while len(output) < limit and token not in eog:
+        guess = history.draft(k, floor)[:limit - len(output) - 1] if k else []
+        position = len(prompt) + len(output) - 1
+        rows = [token, *guess]
+        timer._decode(rows, [len(rows)], [position], [0], list(range(len(rows))))
+        steps += 1
+        for i in range(len(rows)):
+            token = sampler.sample(timer.ctx, i)
+            output.append(token)
+            if token in eog or len(output) >= limit or i == len(guess) or token != guess[i]:
+                break
+        history.extend(output[len(history.tokens) - len(prompt):])
+        llama_cpp.llama_memory_seq_rm(timer.memory, 0, position + i + 1, -1)
+    return output, time.perf_counter() - started, steps
+
+
+def live_rounds(timer: StepTimer, cases, sampling, k: int, floor: int, rounds: int) -> None:
+    """One agent alone, decoded plainly and with drafting in alternating order: tok/s ratio per round."""
+    ratios, differ, steps = [], set(), {0: 0, k: 0}
+    for r in range(rounds):
+        seconds = {0: 0.0, k: 0.0}
+        tokens = {0: 0, k: 0}
+        for index, (prompt, output) in enumerate(cases):
+            runs = {}
+            for drafts in ((0, k) if r % 2 == 0 else (k, 0)):
+                runs[drafts] = generate_on_one_stream(timer, prompt, len(output), sampling, drafts, floor)
+                tokens[drafts] += len(runs[drafts][0])
+                seconds[drafts] += runs[drafts][1]
+                steps[drafts] += runs[drafts][2]
+            if runs[0][0] != runs[k][0]:
+                differ.add(index)
+        ratios.append((tokens[k] / seconds[k]) / (tokens[0] / seconds[0]))
+        print(f"  round {r + 1}: plain {tokens[0] / seconds[0]:5.1f} tok/s, drafting {tokens[k] / seconds[k]:5.1f} "
+              f"tok/s: {ratios[-1]:.2f}x")
+    agree = f"{len(differ)} of {len(cases)} outputs DIFFER from" if differ else "every output the same as"
+    print(f"  median {statistics.median(ratios):.2f}x; steps {steps[k]} against {steps[0]}; "
+          f"{agree} plain greedy decoding")
+
+
 def step_costs(timer: StepTimer, rounds: int) -> dict[tuple[int, int], float]:
     """(width, k) -> median ms; k = -1 is the uneven step: one sequence drafting 2 beside width-1."""
     shapes = {(b, k): [k + 1] * b for b in WIDTHS for k in (0, *DRAFTS)}
@@ -177,9 +252,15 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--context", type=int, default=300, help="tokens each stream holds while steps are timed")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--live-cases", type=int, default=0,
+                        help="outputs regenerated live, one agent alone (default: all)")
+    parser.add_argument("--live-k", type=int, default=2, help="tokens drafted a step in the live run")
+    parser.add_argument("--live-rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0,
                         help="llama.cpp threads (default: what the engine takes on a CPU)")
     args = parser.parse_args()
+    if args.live_k < 1:
+        parser.error("--live-k must be at least 1")
     path, _ = resolve_model(args.model)
     demo = args.model == "demo"
     threads = args.threads or default_threads(0)
@@ -199,6 +280,7 @@ def main() -> int:
             cells.append(f"k={k}: {gained[floor, k]:.2f} ({right:.0%})")
         print(f"  n >= {floor}: " + "   ".join(cells))
     timer = StepTimer(llm.model, args.context, threads)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
     costs = step_costs(timer, args.rounds)
     print(f"step ms at ~{args.context} tokens a stream, split KV, {threads} threads, medians of {args.rounds} "
           f"alternating rounds (k draft rows a sequence):")
@@ -217,6 +299,12 @@ def main() -> int:
                        for b in WIDTHS]
             cells = "  ".join(f"B={b}: {x:.2f}x" for b, x in zip(WIDTHS, modeled))
             print(f"  n >= {floor}, k={k}: {cells}")
+    eog = set() if demo else {t for t in range(timer.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)}
+    sampling = ({llm.token_eos(): float("-inf")}, 1.0, eog) if demo else ({}, REPEAT_PENALTY, eog)
+    live = cases[:args.live_cases or len(cases)]
+    print(f"one agent alone, live on this CPU: {len(live)} of the outputs regenerated greedily, plainly and "
+          f"drafting k={args.live_k} (n >= 1), alternating order:")
+    live_rounds(timer, live, sampling, args.live_k, 1, args.live_rounds)
     return 0
 
 
