@@ -33,6 +33,7 @@ plain greedy decoding, which a guess's logits (from a several-token ubatch) need
 from __future__ import annotations
 
 import argparse
+import ctypes
 import statistics
 import sys
 import time
@@ -209,6 +210,27 @@ def generate_on_one_stream(timer: StepTimer, prompt: list[int], limit: int, samp
     return output, time.perf_counter() - started, steps
 
 
+def ubatch_drift(timer: StepTimer, prompt: list[int], rows: int = 3) -> float:
+    """Largest logit difference between the prompt's last `rows` positions computed one token a step
+    and the same positions computed in one step (as a verification computes them)."""
+    def logits(index: int) -> np.ndarray:
+        pointer = ctypes.cast(llama_cpp.llama_get_logits_ith(timer.ctx, index), ctypes.POINTER(ctypes.c_float))
+        return np.ctypeslib.as_array(pointer, shape=(timer.n_vocab,)).copy()
+
+    head = len(prompt) - rows
+    llama_cpp.llama_memory_seq_rm(timer.memory, 0, -1, -1)
+    for start in range(0, head, timer.batch.size):
+        chunk = prompt[start:min(start + timer.batch.size, head)]
+        timer._decode(chunk, [len(chunk)], [start], [0], [len(chunk) - 1])
+    one_at_a_time = []
+    for j in range(rows):
+        timer._decode([prompt[head + j]], [1], [head + j], [0], [0])
+        one_at_a_time.append(logits(0))
+    llama_cpp.llama_memory_seq_rm(timer.memory, 0, head, -1)
+    timer._decode(prompt[head:], [rows], [head], [0], list(range(rows)))
+    return max(float(np.max(np.abs(one_at_a_time[j] - logits(j)))) for j in range(rows))
+
+
 def live_rounds(timer: StepTimer, cases, sampling, k: int, floor: int, rounds: int) -> None:
     """One agent alone, decoded plainly and with drafting in alternating order: tok/s ratio per round."""
     ratios, differ, steps = [], set(), {0: 0, k: 0}
@@ -301,6 +323,8 @@ def main() -> int:
             print(f"  n >= {floor}, k={k}: {cells}")
     eog = set() if demo else {t for t in range(timer.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)}
     sampling = ({llm.token_eos(): float("-inf")}, 1.0, eog) if demo else ({}, REPEAT_PENALTY, eog)
+    print(f"logits of the first prompt's last 3 positions, one token a step against one 3-token step: "
+          f"largest difference {ubatch_drift(timer, cases[0][0]):.4f}")
     live = cases[:args.live_cases or len(cases)]
     print(f"one agent alone, live on this CPU: {len(live)} of the outputs regenerated greedily, plainly and "
           f"drafting k={args.live_k} (n >= 1), alternating order:")
