@@ -2,7 +2,7 @@
 attention and without, at each context given, in the layout a default `serve` holds (split KV, 8
 lanes of --n-ctx / 8 cells).
 
-runtime.flash_attn_probe times one context (300 tokens); this prints the whole curve, which says
+swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe times one context (300 tokens); this prints the whole curve, which says
 what that one point leaves out for agents whose conversations grow past it.
 
 `--widened` prints the layout a default `serve` turns to for a coding agent's long first prompt
@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runtime.demo_model import ensure_demo_model
-from runtime.engine import Row, RowKind, StepPlan
-from runtime.flash_attn_probe import LANES, decode_step_s, fill_lanes, prompt_chunk_s, timed_step
-from runtime.llama_engine import LlamaEngine
-from runtime.request import Request, SamplingParams
+from swarm_panel.runtime.models.demo import ensure_demo_model
+from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import LANES, decode_step_s, fill_lanes, prompt_chunk_s, timed_step
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.core.request import Request, SamplingParams
 
 
 def measure(model: Path, flash_attn: str, context: int, n_ctx: int, steps: int, chunk: int) -> tuple[float, float]:

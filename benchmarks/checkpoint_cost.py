@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from runtime.engine import Row, RowKind, StepPlan
-from runtime.llama_engine import LlamaEngine
-from runtime.request import Request, SamplingParams
+from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.core.request import Request, SamplingParams
 
 
 def main() -> None:

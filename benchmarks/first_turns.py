@@ -1,6 +1,6 @@
 """Whether swarm-panel and llama-server give the same greedy reply to each real agent's first turn.
 
-One non-streamed first turn per agent (app.swarm's real agents, greedy, the same repeat penalty) to
+One non-streamed first turn per agent (swarm_panel.app.loadgen.swarm's real agents, greedy, the same repeat penalty) to
 each server in turn, on the bundled model's F16 copy; prints how many replies are identical. Later
 turns are not compared: llama.cpp's CPU kernels are not batch-invariant, so they drift apart.
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from app.engines import resolve_model
-from app.swarm import SwarmConfig, _Swarm
+from swarm_panel.app.service.engine_factory import resolve_model
+from swarm_panel.app.loadgen.swarm import SwarmConfig, _Swarm
 from benchmarks.peer_servers import free_port, wait_healthy
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     for body in bodies:
         body.pop("stream_options")
     peer = [str(args.llama_server), "-m", str(model), "-np", "8", "-c", str(args.n_ctx), "--no-webui"]
-    ours = replies([sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
+    ours = replies([sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "llama", "--model", str(model),
                     "--max-batch", "8", "--n-ctx", str(args.n_ctx)], bodies)
     for name, command in (("llama-server", peer), ("llama-server -fa off", [*peer, "-fa", "off"])):
         theirs = replies(command, bodies)

@@ -32,8 +32,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.metrics import percentile  # noqa: E402
-from runtime.workload import prompt_text, system_text, tool_text  # noqa: E402
+from swarm_panel.runtime.serving.metrics import percentile  # noqa: E402
+from swarm_panel.runtime.workloads.workload import prompt_text, system_text, tool_text  # noqa: E402
 
 LENGTHS = (16, 24, 32, 48)
 
@@ -48,7 +48,7 @@ def _free_port() -> int:
 def _process(args: list[str], log: Path):
     with log.open("w") as out:
         env = dict(os.environ, PYTHONUNBUFFERED="1", SWARM_PANEL_CONFIG_FILE=str(log.parent / "absent.toml"))
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "swarm_panel.app.cli.main", *args], stdout=out, stderr=subprocess.STDOUT,
                                 env=env)
         try:
             yield proc

@@ -3,7 +3,7 @@
     python benchmarks/http_overhead.py [--agents 8] [--requests-per-agent 2] [--max-batch N]
 
 In-process is `swarm-panel bench --engine modeled --realtime --policy continuous`; over HTTP a
-`swarm-panel serve --engine modeled` subprocess on a free port is driven by `app.swarm` (streamed chat
+`swarm-panel serve --engine modeled` subprocess on a free port is driven by `swarm_panel.app.loadgen.swarm` (streamed chat
 requests, EOS suppressed, max_tokens = the workload's length, lengths 40..900 cycling offset by agent).
 Prints both aggregate tok/s and their ratio (target: at least 0.95).
 """
@@ -21,13 +21,13 @@ import sys
 import tempfile
 import time
 
-from app.swarm import SwarmConfig, run_swarm
-from runtime.workload import ARTICLE_LENGTHS
+from swarm_panel.app.loadgen.swarm import SwarmConfig, run_swarm
+from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS
 
 
 def in_process(agents: int, requests: int, max_batch: int, prefill_chunk: int) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "bench", "--engine", "modeled", "--realtime", "--policy", "continuous",
+        [sys.executable, "-m", "swarm_panel.app.cli.main", "bench", "--engine", "modeled", "--realtime", "--policy", "continuous",
          "--agents", str(agents), "--requests-per-agent", str(requests), "--max-batch", str(max_batch),
          "--prefill-chunk", str(prefill_chunk), "--json"],
         capture_output=True, text=True, check=True,
@@ -40,7 +40,7 @@ def over_http(agents: int, requests: int, max_batch: int, prefill_chunk: int) ->
     missing = os.path.join(tempfile.gettempdir(), "swarm-panel-http-overhead-none.toml")
     env = dict(os.environ, SWARM_PANEL_CONFIG_FILE=missing, PYTHONUNBUFFERED="1")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "modeled", "--port", "0", "--policy", "continuous",
+        [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "modeled", "--port", "0", "--policy", "continuous",
          "--max-batch", str(max_batch), "--prefill-chunk", str(prefill_chunk), "--max-waiting", "100000"],
         stderr=subprocess.PIPE, text=True, env=env,
     )

@@ -75,7 +75,7 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ui.cli", *args]
+    return [sys.executable, "-m", "swarm_panel.ui.shell.cli", *args]
 
 
 def headless_round(agents: int, seconds: float) -> float:

@@ -1,6 +1,6 @@
 """Side by side over HTTP: swarm-panel serve vs llama.cpp's llama-server vs llama_cpp.server.
 
-Every server gets the same GGUF and the same closed-loop agent swarm (app.swarm, the load generator
+Every server gets the same GGUF and the same closed-loop agent swarm (swarm_panel.app.loadgen.swarm, the load generator
 behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine hits all alike.
 
     python benchmarks/peer_servers.py --llama-server PATH [--model GGUF] [--rounds 2] [--seconds 30]
@@ -10,7 +10,7 @@ behind `swarm-panel swarm`), in alternating rounds so drift on a shared machine 
     python benchmarks/peer_servers.py --llama-server PATH --long-prompt-tokens 500   # one agent pastes files
     python benchmarks/peer_servers.py --llama-server PATH --real-agents --turns 4 --agents 16 --lanes 8
 
---real-agents: multi-turn coding chats (app.swarm's real agents) on the bundled SmolLM2 model, natural
+--real-agents: multi-turn coding chats (swarm_panel.app.loadgen.swarm's real agents) on the bundled SmolLM2 model, natural
 stops, greedy with the same repeat penalty for every server, so all of them see the same tokens. On a
 CPU swarm-panel serves its F16 copy of that model by default, so every server gets that file.
 
@@ -24,7 +24,7 @@ setting the default does not choose (--kv-unified, say) is measured in the same 
 its own like any other program on the desktop: how each server copes with a neighbour on its CPUs.
 
 --peer-fa-off adds llama-server with flash attention off to the rotation: swarm-panel's default picks
-the kernel its probe timed faster on this CPU (runtime.flash_attn_probe), so where that is the plain
+the kernel its probe timed faster on this CPU (swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe), so where that is the plain
 path this column separates what the kernel choice is worth from the rest.
 
 llama-server must come from the llama.cpp tree vendored in the installed llama-cpp-python's sdist,
@@ -51,9 +51,9 @@ from pathlib import Path
 
 import httpx
 
-from app.swarm import SwarmConfig, run_swarm
-from app.engines import resolve_model
-from runtime.demo_model import ensure_demo_model
+from swarm_panel.app.loadgen.swarm import SwarmConfig, run_swarm
+from swarm_panel.app.service.engine_factory import resolve_model
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 SCALED_LENGTHS = (10, 22, 38, 55, 75, 120, 162, 225)  # the article's 40..900, divided by four
 
@@ -65,7 +65,7 @@ def free_port() -> int:
 
 
 def eog_tokens(model: Path) -> tuple[int, ...]:
-    from runtime.llama_engine import LlamaEngine
+    from swarm_panel.runtime.llama.engine import LlamaEngine
 
     with LlamaEngine(model, max_lanes=1, n_ctx=256) as engine:
         return tuple(sorted(engine.vocab.eog_tokens))
@@ -91,7 +91,7 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     ours_threads = ["--threads", str(args.threads)] if args.threads else []
     peer_threads = ["-t", str(args.threads), "-tb", str(args.threads)] if args.threads else []
     commands = {
-        "swarm-panel": [sys.executable, "-m", "app.cli", "serve", "--engine", "llama", "--model", str(model),
+        "swarm-panel": [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "llama", "--model", str(model),
                         "--port", str(port), "--max-batch", str(args.lanes), "--n-ctx", str(args.n_ctx),
                         *ours_threads, "--policy", "continuous", *args.ours_arg],
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.lanes),

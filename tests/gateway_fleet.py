@@ -36,7 +36,7 @@ class Proc:
     def __init__(self, args: list[str], tmp: Path, name: str) -> None:
         self.log = tmp / f"{name}.log"
         self._log = self.log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args], stdout=self._log,
+        self.proc = subprocess.Popen([sys.executable, "-m", "swarm_panel.app.cli.main", *args], stdout=self._log,
                                      stderr=subprocess.STDOUT, env=_env(tmp))
 
     def text(self) -> str:

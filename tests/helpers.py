@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from runtime.clock import VirtualClock
-from runtime.config import SchedulerConfig
-from runtime.engine import EngineCaps
-from runtime.engine_loop import EngineLoop
-from runtime.modeled_engine import ModeledEngine
-from runtime.request import Request, SamplingParams
-from runtime.scheduler import Scheduler
-from runtime.stats import StepStats
+from swarm_panel.runtime.core.clock import VirtualClock
+from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import EngineCaps
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.core.stats import StepStats
 
 
 class Harness:

@@ -1,0 +1,3 @@
+"""Anthropic's Messages API: its bodies and stream events, and its routes. Imports endpoint, chat,
+openai_api.
+"""

@@ -1,0 +1,226 @@
+"""The SSE streams built on a request's outputs (endpoint.request_handle), and hang-ups.
+
+A client that hangs up has its request aborted: the engine frees its lane and KV at the next step.
+Streams learn of the hang-up from Starlette, which cancels a StreamingResponse when the client's
+disconnect message arrives; a whole reply waits on that same message beside its outputs
+(`unless_hung_up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import BaseModel
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from swarm_panel.app.openai_api.models import (
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    CompletionChoice,
+    CompletionChunk,
+    ResponseFunction,
+    ResponseToolCall,
+    Usage,
+)
+from swarm_panel.app.endpoint.errors import ClientGone, error_body
+from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
+
+from swarm_panel.app.endpoint.chat_run import ChatRun
+
+T = TypeVar("T")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+# An SSE comment: every SSE parser skips it (the OpenAI SDKs' included), yet it keeps the connection busy.
+KEEPALIVE = b": keep-alive\n\n"
+
+
+async def unless_hung_up(receive: Receive, work: Awaitable[T]) -> T:
+    """`work`'s result, or ClientGone as soon as the client's disconnect message arrives.
+
+    The same wait Starlette's StreamingResponse does for streams, for replies sent whole: once the
+    body is read, the next message the server hands the app is the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    hang_up = asyncio.ensure_future(_disconnect(receive))
+    try:
+        await asyncio.wait({task, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        pending = [waiter for waiter in (task, hang_up) if not waiter.done()]
+        for waiter in pending:
+            waiter.cancel()
+        # The work's own cleanup (its generators' finally blocks) runs before the caller goes on.
+        await asyncio.gather(*pending, return_exceptions=True)
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE response that runs `on_close` however it ends: done, failed, or cancelled by a hang-up."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+async def with_heartbeat(events: AsyncIterator[bytes], every_s: float,
+                         beat: Callable[[], bytes] = lambda: KEEPALIVE) -> AsyncIterator[bytes]:
+    """`events`, with `beat()` in between whenever `every_s` pass without one (0: never).
+
+    A stream can be quiet for minutes while a long prompt computes or waits behind others, and
+    agents' idle watchdogs (Claude Code's, Codex's: five minutes of no bytes or no events) then
+    hang up and send the whole request again, recomputing what was already under way.
+    """
+    if every_s <= 0:
+        async for chunk in events:
+            yield chunk
+        return
+    source = aiter(events)
+    pending = asyncio.ensure_future(anext(source))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield beat()
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+            pending = asyncio.ensure_future(anext(source))
+    finally:
+        # Shielded: a hang-up cancels through Starlette's anyio scope, which cancels this task again at
+        # every await, and closing `source` while the read under way has not ended would leave the
+        # other side's request running (a backend's, behind the gateway).
+        with anyio.CancelScope(shield=True):
+            if not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def relayed_with_heartbeat(chunks: AsyncIterator[bytes], every_s: float, beat: bytes) -> AsyncIterator[bytes]:
+    """Raw event-stream bytes from another server, with `beat` whenever `every_s` pass without any, but
+    only where an event has ended: a raw chunk may stop in the middle of one."""
+    quiet = object()
+    tail = b"\n\n"
+    # Closed with this one: its pending read of `chunks` must end before anyone closes their source.
+    async with contextlib.aclosing(with_heartbeat(chunks, every_s, lambda: quiet)) as beating:
+        async for chunk in beating:
+            if chunk is quiet:
+                if tail.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")):
+                    yield beat
+                continue
+            tail = (tail + chunk)[-4:]
+            yield chunk
+
+
+def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
+    """One server-sent event; `event` names it, as the Responses and Anthropic streams do."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def sse_event(event: BaseModel) -> bytes:
+    """A typed stream event (Responses, Anthropic), named by its `type` as those streams name them."""
+    return sse(event.model_dump(), event=event.type)
+
+
+def stream_error(message: str) -> bytes:
+    return sse(error_body(500, message, code="engine_error"))
+
+
+class ChunkMaker:
+    """The chunks of one streamed reply: its fixed head, and whether `usage` goes on the wire."""
+
+    def __init__(self, chunk_type: type[ChatCompletionChunk] | type[CompletionChunk], response_id: str, model: str,
+                 include_usage: bool) -> None:
+        self._type = chunk_type
+        self._head = {"id": response_id, "created": int(time.time()), "model": model}
+        self.include_usage = include_usage
+        # OpenAI sends usage on every chunk (null until the last) only to a client that asked for it.
+        self._exclude = None if include_usage else {"usage"}
+
+    def chunk(self, choice: ChatChunkChoice | CompletionChoice) -> bytes:
+        return sse(self._type(**self._head, choices=[choice]).model_dump(exclude=self._exclude))
+
+    def usage_chunk(self, usage: Usage) -> bytes:
+        return sse(self._type(**self._head, choices=[], usage=usage).model_dump())
+
+
+async def chat_stream(run: ChatRun, chunks: ChunkMaker, with_logprobs: bool) -> AsyncIterator[bytes]:
+    num_calls = [0] * len(run.handles)
+    for index in range(len(run.handles)):
+        yield chunks.chunk(ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")))
+    error = None
+    async for event in run.events():
+        logprobs = chat_logprobs(event.logprobs) if with_logprobs and event.logprobs else None
+        for piece in event.pieces:
+            if piece.kind == "call":
+                call = piece.call
+                delta = ChatDelta(tool_calls=[ResponseToolCall(
+                    index=num_calls[event.index], id=call.id,
+                    function=ResponseFunction(name=call.name, arguments=call.arguments))])
+                num_calls[event.index] += 1
+            elif piece.kind == "reasoning":
+                delta = ChatDelta(reasoning_content=piece.text)
+            else:
+                delta = ChatDelta(content=piece.text)
+            yield chunks.chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=logprobs))
+            logprobs = None
+        if logprobs is not None or event.finish_reason is not None:
+            yield chunks.chunk(ChatChunkChoice(index=event.index, delta=ChatDelta(), logprobs=logprobs,
+                                               finish_reason=event.finish_reason))
+        error = error or event.error
+    for end in _stream_end(run, chunks, error):
+        yield end
+
+
+async def completion_stream(run: ChatRun, chunks: ChunkMaker, echo: str, with_logprobs: bool) -> AsyncIterator[bytes]:
+    offsets = [len(echo)] * len(run.handles)
+    if echo:
+        for index in range(len(run.handles)):
+            yield chunks.chunk(CompletionChoice(index=index, text=echo))
+    error = None
+    async for event in run.events():
+        text = "".join(piece.text for piece in event.pieces)
+        logprobs = completion_logprobs(event.logprobs, offsets[event.index]) if with_logprobs else None
+        offsets[event.index] += sum(len(t) for t in logprobs.tokens) if logprobs else 0
+        if text or logprobs and logprobs.tokens or event.finish_reason is not None:
+            yield chunks.chunk(CompletionChoice(index=event.index, text=text, logprobs=logprobs,
+                                                finish_reason=event.finish_reason))
+        error = error or event.error
+    for end in _stream_end(run, chunks, error):
+        yield end
+
+
+def _stream_end(run: ChatRun, chunks: ChunkMaker, error: str | None) -> Iterator[bytes]:
+    """An error event if a choice failed, else the usage chunk when asked for; then [DONE]."""
+    if error is not None:
+        yield stream_error(error)
+    elif chunks.include_usage:
+        yield chunks.usage_chunk(Usage(**run.usage()))
+    yield DONE

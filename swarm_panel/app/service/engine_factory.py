@@ -1,0 +1,109 @@
+"""Builds the engine the settings or a command's flags ask for."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from swarm_panel.app.settings.fields import field_spec
+from swarm_panel.app.settings.flags import add_settings_arguments
+from swarm_panel.runtime.models.bundled import bundled_model_path, cpu_copy
+from swarm_panel.runtime.models.demo import ensure_demo_model
+from swarm_panel.runtime.core.config import auto_kv_unified
+from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.profiles import PROFILES
+
+log = logging.getLogger(__name__)
+
+# llama.cpp fixes n_seq_max when the context is made; leave room to widen the batch live.
+LIVE_LANE_HEADROOM = 64
+# Model names a setting may give instead of a path.
+BUNDLED_ALIAS = "smollm2"
+DEMO_ALIAS = "demo"
+# The Settings fields that pick and shape the engine.
+ENGINE_FIELDS = ("engine", "model", "profile", "n_ctx", "n_batch", "n_gpu_layers", "flash_attn", "kv_type",
+                 "threads", "checkpoint_budget_mb", "extra_buffers", "kv_unified",
+                 "park_budget_mb")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, **how: Any) -> None:
+    """The engine fields' flags, in a group; `how` as swarm_panel.app.settings.flags.add_settings_arguments takes it."""
+    add_settings_arguments(parser.add_argument_group("engine"), ENGINE_FIELDS, **how)
+
+
+def build_engine(kind: str, *, realtime: bool, max_lanes: int, **fields: Any) -> Engine:
+    """The engine `kind` with the engine fields given; the rest take their Settings defaults."""
+    unknown = set(fields) - set(ENGINE_FIELDS)
+    if unknown:
+        raise TypeError(f"not engine settings: {', '.join(sorted(unknown))}")
+    options = {name: field_spec(name).default for name in ENGINE_FIELDS} | fields | {"engine": kind}
+    return engine_for(SimpleNamespace(**options), realtime=realtime, max_lanes=max_lanes)
+
+
+def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core: bool = False) -> Engine:
+    """The engine named by anything with the engine fields: parsed flags or Settings (same names).
+
+    `leave_a_core`: with no threads set, a CPU run keeps one core for a desktop panel in the process."""
+    o = options
+    if o.engine == "modeled":
+        return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
+    from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
+    from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
+    from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
+
+    path, note = resolve_model(o.model, o.n_gpu_layers)
+    if not path.is_file():
+        raise ModelLoadError(f"cannot load model {path}: no such file")
+    decision = decide_extra_buffers(path, o.extra_buffers)
+    unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
+    # Timed in the layout the engine opens with; a widened pool takes flash attention where the probe chose
+    # (LlamaEngine._widened_kernel), and narrowing brings the split layout's kernel back.
+    attention = decide_flash_attn(path, o.flash_attn, ProbeLayout(o.n_ctx, max_lanes, unified),
+                                  cpu_only=on_cpu(o.n_gpu_layers), kv_type=o.kv_type, extra_buffers=decision.enabled,
+                                  n_threads=o.threads)
+    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, decision.reason, attention.reason)
+    return LlamaEngine(
+        path,
+        # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
+        max_lanes=min(max(max_lanes, LIVE_LANE_HEADROOM), 256) if unified else max_lanes,
+        kv_unified=unified,
+        # A layout the user did not choose gives way to a request that needs more than a lane's share.
+        widens=o.kv_unified is None,
+        n_ctx=o.n_ctx,
+        n_batch=o.n_batch,
+        n_gpu_layers=o.n_gpu_layers,
+        flash_attn=attention.setting,
+        flash_attn_reason=attention.reason,
+        attention_curve=attention.curve,
+        kv_type=o.kv_type,
+        n_threads=o.threads,
+        leave_a_core=leave_a_core,
+        extra_buffers=decision.enabled,
+        extra_buffers_reason=decision.reason,
+        note=note,
+        checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
+        park_cached=o.park_budget_mb > 0,
+        park_budget_bytes=o.park_budget_mb << 20,
+    )
+
+
+def resolve_model(model: Path | str | None, n_gpu_layers: int = 0) -> tuple[Path, str | None]:
+    """A GGUF path from a setting, and a note for the panel: none (or "smollm2") means the bundled
+    real model, "demo" the random-weight one."""
+    if model is None or str(model) == BUNDLED_ALIAS:
+        shipped = bundled_model_path()
+        if n_gpu_layers != 0:
+            return shipped, None
+        try:
+            return cpu_copy(shipped), (f"The bundled {shipped.name}, served from an F16 copy: on a CPU, batched "
+                                       "Q4_1 decoding drifts from decoding alone; F16 keeps a batch's tokens.")
+        except OSError as exc:
+            log.warning("%s; serving the Q4_1 file as shipped", exc)
+            return shipped, None
+    if str(model) == DEMO_ALIAS and not Path(model).exists():
+        return ensure_demo_model(), None
+    return Path(model).expanduser(), None

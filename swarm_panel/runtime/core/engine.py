@@ -1,0 +1,192 @@
+"""The one-call-per-step contract between the scheduler and whatever computes the step."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from swarm_panel.runtime.core.request import Request
+
+if TYPE_CHECKING:
+    from swarm_panel.runtime.core.kv_parking import ParkedSequences
+    from swarm_panel.runtime.core.checkpoints import CheckpointStore
+
+
+class RowKind(enum.IntEnum):
+    DECODE = 0
+    PREFILL = 1
+    # A finished lane that a naive static batch keeps computing; its output is thrown away.
+    PADDING = 2
+
+
+@dataclass(slots=True)
+class Row:
+    """One sequence's share of a step: tokens fed at consecutive positions from `start`."""
+
+    request: Request
+    kind: RowKind
+    start: int
+    # For DECODE and PREFILL these are request.token_ids[start:start+len]; PADDING repeats a token.
+    tokens: list[int]
+    # Sample a token from the last position (decode rows and the chunk that ends a prompt).
+    sample: bool
+    # Keep a checkpoint of the sequence's recurrent state after this row (engines with `checkpoints`).
+    checkpoint: bool = False
+
+
+class PrefixOpKind(enum.IntEnum):
+    # A finished request's sequence stays resident as a cached prefix, trimmed to num_tokens.
+    CACHE = 0
+    # `dest` takes over the cached sequence of `source` in place, keeping its first num_tokens.
+    ADOPT = 1
+    # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
+    COPY = 2
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (swarm_panel.runtime.core.kv_parking),
+    # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
+    PARK = 3
+
+
+@dataclass(slots=True)
+class PrefixOp:
+    """One move of KV between sequences, named by the requests that own them (handles)."""
+
+    kind: PrefixOpKind
+    # The request whose sequence holds the KV: a finished request for a cached prefix, else a live one.
+    source: Request
+    # The request that receives it (None for CACHE); its first row starts at num_tokens.
+    dest: Request | None
+    num_tokens: int
+
+
+@dataclass(slots=True)
+class StepPlan:
+    rows: list[Row] = field(default_factory=list)
+    # Sequences whose KV the engine drops before computing this step (live or cached).
+    release: list[Request] = field(default_factory=list)
+    # Applied in order after the releases and before the batch; a source is never released in the same plan.
+    prefix_ops: list[PrefixOp] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.rows)
+
+
+@dataclass(slots=True)
+class Sample:
+    """One sampled token. The engine sets `token` and `end`; swarm_panel.runtime.serving.output_processor fills in the rest."""
+
+    token: int
+    # The token is one of the vocabulary's end-of-generation tokens: it ends the output and adds no text.
+    end: bool = False
+    # Text this token adds to the output, after stop-string hold-back; may be "" while held.
+    text: str = ""
+    # The output ends here on an end-of-generation token or a completed stop string.
+    stop: bool = False
+
+
+@dataclass(slots=True)
+class StepResult:
+    # Keyed by request_id, one for every row with sample=True that succeeded.
+    samples: dict[int, Sample]
+    duration_s: float
+    # request_id -> message, for rows the engine could not compute; those requests fail.
+    errors: dict[int, str] = field(default_factory=dict)
+    # request_id -> why, for prefix ops the memory could not do. A destination starts over from
+    # position 0 (its row this step was not computed); a cached source holds nothing any more.
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class EngineCaps:
+    """What an engine can hold and do, published as `engine.caps`; the scheduler is sized by it."""
+
+    # Most KV tokens all sequences together may hold.
+    kv_capacity: int
+    # Longest sequence (prompt plus output) one request may reach.
+    max_context: int
+    # Most tokens one step may carry (llama.cpp's n_batch).
+    max_step_tokens: int = 1 << 30
+    # Most live sequences a step may hold (llama.cpp's n_seq_max, less the cached ones).
+    max_lanes: int = 256
+    # Most finished sequences kept resident beside the live ones for prefix reuse (0: no prefix_ops).
+    max_cached_sequences: int = 0
+    # Live plus cached sequences held at once, where they share one pool of ids (None: no shared pool).
+    max_sequences: int | None = None
+    # Whether a prefix can be copied into a new sequence (False: the engine only adopts cached ones).
+    copies_prefixes: bool = True
+    # A hybrid or recurrent model's checkpoint store: a sequence resumes only at its own end or at a
+    # checkpoint held there, and the engine keeps one after every row marked `checkpoint`. None: attention.
+    checkpoints: CheckpointStore | None = None
+    # A fixed recurrent state per sequence held, in KV-token equivalents, charged to the KV budget.
+    sequence_state_tokens: int = 0
+    # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
+    turn_end_tokens: frozenset[int] = frozenset()
+    # Host RAM where the engine parks finished sequences out of its KV cells (swarm_panel.runtime.core.kv_parking); None: never.
+    parked: ParkedSequences | None = None
+    # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
+    # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
+    parks_evicted: bool = False
+    # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
+    # cached sequences then stay within the width, so the ids in use are low and gap-free.
+    consecutive_ids: bool = False
+    # The context one request may reach once the engine `widen`s its layout (split KV that was a
+    # default becoming unified), when a request needs more than max_context; 0: it never widens. An
+    # engine that widens has `widen(why)`, called between steps with every sequence given up.
+    widens_to: int = 0
+    # A layout widened so can turn back (`narrow(why)`, likewise between steps) to lanes of this
+    # context, once no request needs more; 0: it was not widened.
+    narrows_to: int = 0
+    # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
+    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (swarm_panel.runtime.scheduling.prefill_budget).
+    attention_bound_prefill: bool = False
+
+
+class EngineLoadError(RuntimeError):
+    """An engine could not be built: a missing or corrupt model file, or settings it cannot run with."""
+
+
+class EngineError(RuntimeError):
+    """The engine could not run a step at all; every request in it fails with this message."""
+
+
+class KVCacheFull(EngineError):
+    """The engine found no room for the step's KV; the scheduler preempts and retries."""
+
+
+class Engine(Protocol):
+    name: str
+    # What it can hold and do; the first four figures are also plain attributes, for the panel and the CLI.
+    caps: EngineCaps
+    kv_capacity: int
+    max_context: int
+    max_step_tokens: int
+    max_lanes: int
+
+    def step(self, plan: StepPlan) -> StepResult: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the panel and /v1/models: model name, parameters, device, KV type..."""
+        ...
+
+    def close(self) -> None: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one sampled token adds to the output (an end-of-generation token adds none)."""
+        ...
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Renders a chat with the model's own template (tools included) into one prompt string."""
+        ...

@@ -1,0 +1,114 @@
+"""Facts about a loaded llama.cpp model, read from its GGUF metadata."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+# A trailing quantization tag in a file name: ".Q4_1", "-Q4_K_M", "-IQ3_XS", "-f16", ".bf16".
+_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d[\w]*|[Ff]16|[Ff]32|[Bb][Ff]16)$")
+# A size label such as 135M, 9B, 7b, 1.5B, 8x7B: a file name that carries one names a model.
+_SIZE_LABEL = re.compile(r"(?:^|[.\-_])(?:\d+x)?\d+(?:\.\d+)?[MmBbKk](?:[.\-_]|$)")
+
+
+def meta_value(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A GGUF metadata value as text, or None when the file lacks the key."""
+    buf = bytes(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = bytes(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf[:n].decode("utf-8", errors="replace")
+
+
+def chat_template(model: llama_cpp.llama_model_p) -> str | None:
+    template = llama_cpp.llama_model_chat_template(model, None)
+    return template.decode("utf-8") if template else None
+
+
+def display_name(general_name: str | None, path: Path) -> str:
+    """A name a user recognises. Converters often write general.name from a checkpoint folder
+    ("Smollm2 135M 8k Lc100K Mix1 Ep2"), while published file names are chosen to be read
+    ("SmolLM2-135M-Instruct.Q4_1.gguf"): the file's stem wins when it names a model size."""
+    stem = _QUANT_SUFFIX.sub("", path.stem)
+    if _SIZE_LABEL.search(stem) or not general_name:
+        return stem
+    return general_name
+
+
+def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
+    desc = bytes(256)
+    llama_cpp.llama_model_desc(model, desc, len(desc))
+    file_type = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(model))
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    return {
+        "name": display_name(meta_value(model, "general.name"), path),
+        "gguf_name": meta_value(model, "general.name"),
+        "path": str(path),
+        "architecture": meta_value(model, "general.architecture"),
+        "description": desc.split(b"\0", 1)[0].decode("utf-8", errors="replace"),
+        "n_params": llama_cpp.llama_model_n_params(model),
+        "file_size_bytes": path.stat().st_size,
+        "file_type": file_type.decode() if file_type else None,
+        "quantization": _quantization(file_type.decode() if file_type else None),
+        "n_vocab": llama_cpp.llama_vocab_n_tokens(vocab),
+        "n_embd": llama_cpp.llama_model_n_embd(model),
+        "n_layer": llama_cpp.llama_model_n_layer(model),
+        "context_length_train": llama_cpp.llama_model_n_ctx_train(model),
+        "chat_template_present": chat_template(model) is not None,
+        "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
+        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+    }
+
+
+def _quantization(file_type: str | None) -> str | None:
+    """llama.cpp's ftype name without its "MOSTLY_" wording: "Q4_1", "Q4_K - Medium", "F16"."""
+    if not file_type:
+        return None
+    return file_type.replace("MOSTLY_", "").strip()
+
+
+# A ChatML template with tools (Qwen's shape): the demo models carry it, and a model without a
+# template of its own is rendered with it.
+CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}"
+    "{%- if not loop.first %}{{- '<|im_start|>system\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif message.role == 'user' or (message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}"
+    "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}"
+    "{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + (message.content or '') + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)

@@ -1,0 +1,178 @@
+"""Random-weight GGUF files for tests and demos: the whole pipeline runs without a download.
+
+Two architectures: `llama` (plain attention, the batching demo) and `qwen35` (the hybrid of Gated
+DeltaNet and attention layers that Qwen3.5 is, see swarm_panel.runtime.models.demo_hybrid).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import gguf
+import numpy as np
+import platformdirs
+
+from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE
+from swarm_panel.runtime.models.demo_hybrid import HYBRID_SHAPES, add_hybrid_hparams, add_hybrid_tensors
+
+DemoSize = Literal["tiny", "demo"]
+DemoArch = Literal["llama", "qwen35"]
+ARCHS = ("llama", "qwen35")
+
+MODEL_NAME = "swarm-panel demo (random weights)"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoShape:
+    dim: int
+    n_layer: int
+    n_head: int
+    n_ff: int
+    n_ctx_train: int
+
+
+SHAPES: dict[str, DemoShape] = {
+    # About 0.6M parameters, 1.3 MB: writes and loads in milliseconds for unit tests.
+    "tiny": DemoShape(dim=128, n_layer=2, n_head=4, n_ff=512, n_ctx_train=2048),
+    # About 142M parameters, 285 MB of f16, written in ~3 s: CPU decode is memory-bound, so batching pays.
+    "demo": DemoShape(dim=1024, n_layer=11, n_head=16, n_ff=2816, n_ctx_train=4096),
+}
+
+# Common words as whole pieces, so English text needs fewer tokens than bytes; the rest falls back to bytes.
+_WORDS = (
+    "the of and to in is that it for you was with on as are be this have not or by at from "
+    "what all we can your if do will about how agent tool call hello world"
+).split()
+_CHARACTERS = list("abcdefghijklmnopqrstuvwxyz.,:;!?'\"-0123456789")
+
+def build_vocab() -> tuple[list[str], list[float], list[int]]:
+    """SPM vocabulary with byte fallback: specials, 256 byte tokens, then word pieces.
+
+    llama.cpp's SPM tokenizer merges adjacent symbols only into pieces that exist, so every
+    prefix of a word piece is in the vocabulary too.
+    """
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
+             gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    pieces: dict[str, None] = dict.fromkeys(["▁", *_CHARACTERS])
+    for word in _WORDS:
+        spelled = "▁" + word
+        for end in range(2, len(spelled) + 1):
+            pieces[spelled[:end]] = None
+    tokens += list(pieces)
+    types += [gguf.TokenType.NORMAL] * len(pieces)
+    # Longer pieces score higher, so the tokenizer prefers whole words.
+    scores = [0.0] * (5 + 256) + [float(len(p)) for p in pieces]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0,
+                     arch: DemoArch = "llama") -> Path:
+    if size not in SHAPES:
+        raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {list(ARCHS)}, got {arch!r}")
+    path = Path(path)
+    tokens, scores, types = build_vocab()
+    n_vocab = len(tokens)
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(MODEL_NAME if arch == "llama" else f"{MODEL_NAME}, {arch}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if arch == "llama":
+        _add_llama_hparams(writer, SHAPES[size])
+    else:
+        add_hybrid_hparams(writer, HYBRID_SHAPES[size])
+    writer.add_vocab_size(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_eot_token_id(tokens.index("<|im_end|>"))
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_add_space_prefix(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    rng = np.random.default_rng(seed)
+    if arch == "llama":
+        dim = _add_llama_tensors(writer, SHAPES[size], n_vocab, rng)
+    else:
+        dim = add_hybrid_tensors(writer, HYBRID_SHAPES[size], n_vocab, rng)
+    writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
+    # Logits with a spread of a few units: greedy picks are clear, sampling is not degenerate.
+    # Byte and control tokens get smaller logits, so output reads as (random) words and rarely ends early.
+    output = (rng.standard_normal((n_vocab, dim), dtype=np.float32) * (3.0 / np.sqrt(dim))).astype(np.float16)
+    word_pieces = np.array([t == gguf.TokenType.NORMAL for t in types])
+    output[~word_pieces] *= 0.25
+    writer.add_tensor("output.weight", output)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_llama_hparams(writer: gguf.GGUFWriter, shape: DemoShape) -> None:
+    writer.add_context_length(shape.n_ctx_train)
+    writer.add_embedding_length(shape.dim)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head)
+    writer.add_rope_dimension_count(shape.dim // shape.n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+
+
+def _add_llama_tensors(writer: gguf.GGUFWriter, shape: DemoShape, n_vocab: int, rng: np.random.Generator) -> int:
+    """The embedding and every layer; returns the width the output head reads."""
+    def weight(rows: int, cols: int, scale: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * scale).astype(np.float16)
+
+    def norm() -> np.ndarray:
+        return np.ones(shape.dim, dtype=np.float32)
+
+    dim, ff = shape.dim, shape.n_ff
+    writer.add_tensor("token_embd.weight", weight(n_vocab, dim, 1.0))
+    for i in range(shape.n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", norm())
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(dim, dim))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm())
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ff, dim))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(ff, dim))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(dim, ff))
+    return dim
+
+
+def default_demo_model_path(size: DemoSize = "demo") -> Path:
+    name = "demo-model.gguf" if size == "demo" else f"demo-model-{size}.gguf"
+    return platformdirs.user_data_path("swarm-panel") / name
+
+
+def ensure_demo_model(size: DemoSize = "demo", path: str | os.PathLike[str] | None = None) -> Path:
+    """Write the demo model once (atomically) and reuse it afterwards."""
+    target = Path(path) if path is not None else default_demo_model_path(size)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        write_demo_model(tmp_name, size)
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,181 @@
+"""Finished sequences whose KV stays resident, found again by the longest common token prefix.
+
+The scheduler owns one PrefixCache; the prefix planner (swarm_panel.runtime.scheduling.prefix_planner) decides what goes
+in and what comes out, and the KV budget (swarm_panel.runtime.scheduling.kv_budget) reads its token count. Each entry
+names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
+holds at positions 0..n-1. Entries are kept in least-recently-used order and evicted from the cold
+end whenever live sequences need the room.
+
+Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
+sequences' computed tokens, which the planner passes in) with one numpy comparison each. With at
+most a few hundred sequences of a few thousand tokens, that is a memcmp-speed pass of well under a
+millisecond, done once per admitted request, and needs no per-token node objects as a trie would.
+
+On a hybrid or recurrent model a sequence can resume only where its recurrent state is known (its
+own end, or a checkpoint): the planner passes `resume`, which cuts each match back to such a point.
+
+An entry is resident (its KV in the engine's cells, under a sequence id) or parked (in host RAM,
+swarm_panel.runtime.core.kv_parking): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
+only resident entries count in `num_tokens` and `num_resident`, what the KV budget and the id pool
+read.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from swarm_panel.runtime.core.request import Request
+
+# Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
+MIN_MATCH_TOKENS = 8
+
+
+def as_tokens(token_ids: list[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(token_ids, dtype=np.int64)
+
+
+def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+@dataclass(slots=True, eq=False)
+class CacheEntry:
+    # The finished request whose engine sequence holds this KV.
+    handle: Request
+    # Token ids at positions 0..len-1 of that sequence.
+    tokens: np.ndarray
+    agent: str
+    # Parked in host RAM (swarm_panel.runtime.core.kv_parking): it holds no KV cells and no sequence id until reused.
+    parked: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(slots=True)
+class Match:
+    # A CacheEntry, or a live Request whose computed tokens match.
+    source: CacheEntry | Request
+    num_tokens: int
+
+    @property
+    def cached(self) -> bool:
+        return isinstance(self.source, CacheEntry)
+
+
+class PrefixCache:
+    def __init__(self, max_entries: int, max_parked: int = 0) -> None:
+        # Resident entries at most, and parked ones beside them (an engine that parks evicted sequences).
+        self.max_entries = max_entries
+        self.max_parked = max_parked
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # coldest first
+        # What the resident entries hold of the KV (tokens) and of the engine's sequence ids.
+        self.num_tokens = 0
+        self.num_resident = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[CacheEntry]:
+        return iter(self._entries.values())
+
+    def get(self, handle: Request) -> CacheEntry | None:
+        return self._entries.get(handle.request_id)
+
+    def insert(self, handle: Request, num_tokens: int, limit: int | None = None) -> list[CacheEntry]:
+        """Caches the first num_tokens of a finished request, resident; returns the resident entries
+        evicted, coldest first, to stay within max_entries (and `limit`, where the caller holds fewer):
+        the caller drops them or parks them (`add_parked`)."""
+        evicted: list[CacheEntry] = []
+        if self.max_entries < 1 or num_tokens < MIN_MATCH_TOKENS:
+            return evicted
+        cap = self.max_entries if limit is None else max(1, min(limit, self.max_entries))
+        while self.num_resident >= cap:
+            evicted.append(self.pop_lru())
+        self._add(CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent))
+        return evicted
+
+    def add_parked(self, entry: CacheEntry) -> list[CacheEntry]:
+        """Keeps an evicted entry as parked; returns the parked entries beyond max_parked, coldest first,
+        which leave."""
+        entry.parked = True
+        self._add(entry)
+        over = [e for e in self._entries.values() if e.parked][:max(self.num_parked - self.max_parked, 0)]
+        for e in over:
+            self.remove(e)
+        return over
+
+    @property
+    def num_parked(self) -> int:
+        return len(self._entries) - self.num_resident
+
+    def _add(self, entry: CacheEntry) -> None:
+        self._entries[entry.handle.request_id] = entry
+        if not entry.parked:
+            self.num_tokens += entry.num_tokens
+            self.num_resident += 1
+
+    def longest_match(self, tokens: np.ndarray, limit: int,
+                      live: Iterable[tuple[Request, np.ndarray]] = (),
+                      resume: Callable[[int, int], int] | None = None) -> Match | None:
+        """The longest prefix of `tokens` (at most `limit`) held by a cached entry or a live sequence.
+
+        `resume(n, held)` cuts a match of n tokens against a sequence holding `held` back to where that
+        sequence can resume. Ties go to a cached entry (it can be adopted in place), then to the most
+        recently used one.
+        """
+        def matched(held: np.ndarray) -> int:
+            n = min(common_prefix_len(tokens, held), limit)
+            return n if resume is None or n < MIN_MATCH_TOKENS else resume(n, len(held))
+
+        best: Match | None = None
+        for request, held in live:
+            n = matched(held)
+            if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens):
+                best = Match(request, n)
+        for entry in reversed(self._entries.values()):
+            n = matched(entry.tokens)
+            if n >= MIN_MATCH_TOKENS and (best is None or n > best.num_tokens or
+                                          (n == best.num_tokens and not best.cached)):
+                best = Match(entry, n)
+        return best
+
+    def touch(self, entry: CacheEntry) -> None:
+        self._entries.move_to_end(entry.handle.request_id)
+
+    def discard(self, request_id: int) -> CacheEntry | None:
+        """Forgets the entry of this finished request, if any (its engine sequence is already gone)."""
+        entry = self._entries.get(request_id)
+        if entry is not None:
+            self.remove(entry)
+        return entry
+
+    def remove(self, entry: CacheEntry) -> None:
+        del self._entries[entry.handle.request_id]
+        if not entry.parked:
+            self.num_tokens -= entry.num_tokens
+            self.num_resident -= 1
+
+    def pop_lru(self, keep: CacheEntry | None = None) -> CacheEntry | None:
+        """Removes and returns the coldest resident entry other than `keep`; None when there is none
+        (a parked entry holds nothing of the engine's to free)."""
+        for entry in self._entries.values():
+            if entry is not keep and not entry.parked:
+                self.remove(entry)
+                return entry
+        return None
+
+    def clear(self) -> list[CacheEntry]:
+        entries = list(self._entries.values())
+        self._entries.clear()
+        self.num_tokens = self.num_resident = 0
+        return entries

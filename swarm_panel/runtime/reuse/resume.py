@@ -1,0 +1,57 @@
+"""Where a hybrid or recurrent model's sequences can resume, and where prompts leave checkpoints.
+
+A recurrent state is exact only at the position it has reached, so a sequence holding `held` tokens
+can hand on a prefix of n tokens only when n == held, or when a checkpoint of those n tokens exists
+(swarm_panel.runtime.core.checkpoints). Checkpoints are made where later requests are likely to resume:
+- the end of a shared system prompt, so other agents start from it: the first end-of-turn token of a
+  chat prompt (`<|im_end|>` after the system message), or what the caller marks in
+  Request.checkpoint_positions (the bench's synthetic system prompt);
+- the end of each prompt but its last token, so an exact repeat, or the next turn of a conversation
+  whose re-rendered history differs from the tokens sampled, resumes there (a request's first sample
+  needs one uncomputed prompt token, so a resume point is never the whole prompt).
+A prompt chunk ends at the next such boundary and the engine snapshots the state after it; the last
+prompt token then rides the next step beside the decode rows. That costs a request one step of
+latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
+its end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from swarm_panel.runtime.core.checkpoints import CheckpointStore
+from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, as_tokens
+from swarm_panel.runtime.core.request import Request
+
+MIN_CHECKPOINT_TOKENS = 64
+
+
+class Resumption:
+    def __init__(self, checkpoints: CheckpointStore, turn_end_tokens: frozenset[int] = frozenset()) -> None:
+        self.checkpoints = checkpoints
+        self._turn_ends = np.fromiter(turn_end_tokens, dtype=np.int64)
+
+    def point(self, tokens: np.ndarray, n: int, held: int) -> int:
+        """A match of n tokens against a sequence holding `held`, cut back to where it can resume."""
+        return n if n == held else self.checkpoints.longest(tokens, n)
+
+    def boundaries(self, request: Request) -> list[int]:
+        prompt = request.num_prompt_tokens
+        marked = {p for p in request.checkpoint_positions if MIN_MATCH_TOKENS <= p < prompt}
+        if len(self._turn_ends):
+            ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), self._turn_ends))
+            if len(ends) and MIN_MATCH_TOKENS <= ends[0] + 1 < prompt:
+                marked.add(int(ends[0]) + 1)
+        if prompt - 1 >= MIN_CHECKPOINT_TOKENS:
+            marked.add(prompt - 1)
+        return sorted(marked)
+
+    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool]:
+        """Where a prompt chunk over [start, end) should end, and whether a checkpoint follows it."""
+        tokens = None
+        for boundary in self.boundaries(request):
+            if start < boundary <= end:
+                tokens = as_tokens(request.token_ids) if tokens is None else tokens
+                if not self.checkpoints.has(tokens[:boundary]):
+                    return boundary, True
+        return end, False

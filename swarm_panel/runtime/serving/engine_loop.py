@@ -1,0 +1,94 @@
+"""One step: schedule, run, turn tokens into text, fold back, tell listeners. Single-threaded; the
+caller owns the thread.
+
+Outputs go out once per step: each request's own listener (in-process callers), then `on_outputs`
+with the whole step's list, which is how they cross to another thread in one message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from swarm_panel.runtime.core.clock import RealClock, VirtualClock
+from swarm_panel.runtime.core.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResult
+from swarm_panel.runtime.serving.output_processor import OutputProcessor
+from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.core.step_outcome import Delivery
+
+log = logging.getLogger(__name__)
+
+
+class EngineLoop:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        engine: Engine,
+        clock: VirtualClock | RealClock,
+        on_stats: Callable[[StepStats], None] | None = None,
+        on_outputs: Callable[[Sequence[tuple[Request, RequestOutput]]], None] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.engine = engine
+        self.clock = clock
+        self.on_stats = on_stats
+        self.on_outputs = on_outputs
+        self.output = OutputProcessor(engine.piece, engine.max_context)
+
+    def step(self) -> StepStats | None:
+        """Runs one step; None when there was nothing to compute."""
+        start = self.clock.now()
+        plan = self.scheduler.schedule(start)
+        if not plan.rows and not plan.release and not plan.prefix_ops:
+            return None
+        result = self._run(plan)
+        if result is None:
+            return None
+        self.clock.advance(result.duration_s)
+        result.duration_s = self.clock.now() - start
+        self.output.process(plan, result)
+        outcome = self.scheduler.update(plan, result, self.clock.now())
+        # Figures before outputs: whoever has a request's last token finds its latencies counted.
+        if outcome.stats is not None and self.on_stats is not None:
+            self.on_stats(outcome.stats)
+        self.deliver(outcome.outputs)
+        return outcome.stats
+
+    def deliver(self, outputs: list[Delivery]) -> None:
+        if not outputs:
+            return
+        for request, output in outputs:
+            if output.finished:
+                self.output.forget(request.request_id)
+            if request.listener is not None:
+                try:
+                    request.listener(output)
+                except Exception:
+                    log.exception("listener of request %d failed", request.request_id)
+        if self.on_outputs is not None:
+            try:
+                self.on_outputs(outputs)
+            except Exception:
+                log.exception("the step's output sink failed")
+
+    def _run(self, plan: StepPlan) -> StepResult | None:
+        try:
+            return self.engine.step(plan)
+        except KVCacheFull:
+            # The engine keeps no part of a failed batch: make room and let the next step plan again.
+            log.warning("engine found no KV slot for %d tokens; preempting", plan.num_tokens)
+            self.deliver(self.scheduler.handle_kv_full(self.clock.now()))
+            return None
+        except EngineError as exc:
+            log.error("engine step failed: %s", exc)
+            return StepResult(samples={}, duration_s=0.0, errors=_fail_all(plan, str(exc)))
+
+
+def _fail_all(plan: StepPlan, message: str) -> dict[int, str]:
+    return {
+        row.request.request_id: f"engine error: {message}"
+        for row in plan.rows
+        if row.request.status is RequestStatus.RUNNING
+    }

@@ -1,0 +1,2 @@
+"""The desktop panel (PySide6 + pyqtgraph on a qasync loop): the only room that imports Qt.
+"""

@@ -1,0 +1,318 @@
+"""Engine and model: which engine, the model's facts, load/unload with progress and clear errors."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6 import QtCore, QtWidgets
+
+from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
+from swarm_panel.app.settings.fields import choices, field_spec
+from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
+from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.panels.backends_editor import BackendsEditor
+
+# The box's items for each engine the settings accept (llama.cpp by the model it loads), then the fleet.
+ENGINE_ITEMS = {
+    "llama": (("bundled", "llama.cpp: SmolLM2-135M-Instruct (bundled, real text)"),
+              ("demo", "llama.cpp: demo model (random weights)"), ("gguf", "llama.cpp: a GGUF file…")),
+    "modeled": (("modeled", "Modeled card (RX 9070 XT cost model)"),),
+}
+CHOICES = (*(item for engine in choices("engine") for item in ENGINE_ITEMS[engine]),
+           ("fleet", "Fleet: remote backends (vLLM, llama-server, swarm-panel)"))
+EXTRA_BUFFER_LABELS = {"auto": "extra buffers: probe once", "off": "extra buffers: off (--no-repack)",
+                       "on": "extra buffers: on (AMX, repack)"}
+# The box offers what the setting accepts, in its order; a new choice there needs a label here (KeyError).
+EXTRA_BUFFERS = tuple((key, EXTRA_BUFFER_LABELS[key]) for key in choices("extra_buffers"))
+THREADS = field_spec("threads")
+EXTRA_BUFFERS_TIP = ("llama.cpp's extra buffer types (AMX, repacked CPU weights) are faster where they work, but crash "
+                     "the process or compute wrong batched logits on some CPUs. 'Probe' tries them once in a child "
+                     "process and remembers the verdict for this llama.cpp build, CPU and model.")
+THREADS_TIP = ("llama.cpp's CPU threads. Auto: every core but one on a CPU-only run, so the panel's painting "
+               "never stalls llama.cpp's thread barriers (a headless serve takes every core); llama.cpp's own "
+               "default with GPU offload.")
+LAYOUTS = (
+    (None, f"KV layout by lane share: split from {SPLIT_KV_MIN_LANE_TOKENS:,} tokens a lane"),
+    (True, "Unified KV: lanes share one pool and their prompt prefixes"),
+    (False, "Split KV: each lane its own n_ctx / lanes, as llama-server"),
+)
+LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen live, and agents share a system "
+              "prompt's cells. Split: each lane gets a fixed share of the context and attends over its own cells "
+              "only, which is faster; a lane keeps its agent's conversation for the next turn, and a shared "
+              "system prompt is copied, not recomputed. Auto: split whenever each lane's share is a useful context, turning unified (live requests "
+              "recompute) when one request needs more than a lane's share, and split again once none has "
+              "for a while (--kv-narrow-after-s).")
+FACT_LABELS = {
+    "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
+    "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
+    "kv_capacity_tokens": "KV capacity (tokens)", "step_line": "cost model", "architecture": "architecture",
+    "file_size_bytes": "file size", "max_lanes": "lanes", "n_gpu_layers": "GPU layers",
+    "kv_layout": "KV layout", "flash_attn": "flash attention", "memory_kind": "memory",
+    "checkpoints": "checkpoints",
+    "checkpoint_bytes": "checkpoint memory", "n_threads": "threads", "extra_buffers_reason": "extra buffers",
+}
+
+
+# Facts with long values get a row of their own.
+WIDE_FACTS = ("name", "kv_layout", "extra_buffers_reason")
+
+
+def _format(key: str, value: Any) -> str:
+    if key == "n_params" and isinstance(value, (int, float)):
+        return f"{value / 1e9:.2f} B" if value >= 1e9 else f"{value / 1e6:.1f} M"
+    if key in ("file_size_bytes", "checkpoint_bytes") and isinstance(value, int):
+        return f"{value / 2**20:,.1f} MiB"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def engine_changes(choice: str, model_path: str, kv_unified: bool | None = None, threads: int | None = None,
+                   extra_buffers: str = "auto") -> dict[str, Any]:
+    """The SwarmService.reload changes one engine choice asks for."""
+    if choice == "modeled":
+        return {"engine": "modeled"}
+    llama = {"engine": "llama", "kv_unified": kv_unified, "threads": threads, "extra_buffers": extra_buffers}
+    if choice == "bundled":
+        return {**llama, "model": None}
+    if choice == "demo":
+        return {**llama, "model": Path(DEMO_ALIAS)}
+    return {**llama, "model": Path(model_path).expanduser() if model_path else None}
+
+
+def choice_for(engine: str, model: str | Path | None) -> str:
+    if engine == "modeled":
+        return "modeled"
+    if model is None or str(model) == BUNDLED_ALIAS:
+        return "bundled"
+    return "demo" if str(model) == DEMO_ALIAS else "gguf"
+
+
+def writes_real_text(facts: dict[str, Any]) -> bool:
+    """A llama.cpp model with a chat template and trained weights (not the cost model, not the demo)."""
+    return bool(facts.get("chat_template_present")) and "random" not in str(facts.get("name", "")).lower()
+
+
+class EnginePanel(QtWidgets.QGroupBox):
+    """Emits `load_requested(changes)` or `fleet_requested(backends)`; the window runs the load and reports back."""
+
+    load_requested = QtCore.Signal(dict)
+    fleet_requested = QtCore.Signal(list)  # of BackendConfig
+    unload_requested = QtCore.Signal()
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Engine and model", parent)
+        self.choice = QtWidgets.QComboBox()
+        for key, label in CHOICES:
+            self.choice.addItem(label, key)
+        self.path = QtWidgets.QLineEdit()
+        self.path.setPlaceholderText("path to a .gguf file")
+        self.browse = QtWidgets.QPushButton("Browse…")
+        self.browse.clicked.connect(self._browse)
+        self.backends = BackendsEditor()
+        self.layout_choice = QtWidgets.QComboBox()
+        for unified, label in LAYOUTS:
+            self.layout_choice.addItem(label, unified)
+        self.layout_choice.setToolTip(LAYOUT_TIP)
+        self.extra_buffers = QtWidgets.QComboBox()
+        for key, label in EXTRA_BUFFERS:
+            self.extra_buffers.addItem(label, key)
+        self.extra_buffers.setToolTip(EXTRA_BUFFERS_TIP)
+        for combo in (self.choice, self.layout_choice, self.extra_buffers):
+            # Long choice texts must not widen the column; the popup still shows them whole.
+            combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(16)
+        self.threads = QtWidgets.QSpinBox()
+        self.threads.setRange(0, int(THREADS.le))  # 0 shows "auto": the setting's none
+        self.threads.setSpecialValueText("auto")
+        self.threads.setPrefix("threads: ")
+        self.threads.setToolTip(THREADS_TIP)
+        self.load = QtWidgets.QPushButton("Load")
+        self.load.setObjectName("primary")
+        self.unload = QtWidgets.QPushButton("Unload")
+        self.load.clicked.connect(self._load)
+        self.unload.clicked.connect(self.unload_requested.emit)
+        self.progress = QtWidgets.QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(6)
+        self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
+        self.warning = QtWidgets.QLabel("")
+        self.warning.setObjectName("warning")
+        self.warning.setWordWrap(True)
+        # Two label/value pairs a row: the right column is narrow and shares its height with four panels.
+        self.facts = QtWidgets.QGridLayout()
+        self.facts.setVerticalSpacing(1)
+        self.facts.setHorizontalSpacing(8)
+        self.facts.setColumnStretch(1, 1)
+        self.facts.setColumnStretch(3, 1)
+        self.choice.currentIndexChanged.connect(self._choice_changed)
+
+        path_row = QtWidgets.QHBoxLayout()
+        path_row.addWidget(self.path, 1)
+        path_row.addWidget(self.browse)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.load)
+        buttons.addWidget(self.unload)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addWidget(self.choice)
+        layout.addLayout(path_row)
+        layout.addWidget(self.backends)
+        layout.addWidget(self.layout_choice)
+        llama_row = QtWidgets.QHBoxLayout()
+        llama_row.addWidget(self.extra_buffers, 1)
+        llama_row.addWidget(self.threads)
+        layout.addLayout(llama_row)
+        layout.addLayout(buttons)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addLayout(self.facts)
+        layout.addWidget(self.warning)
+        self._choice_changed()
+
+    def _choice_changed(self) -> None:
+        gguf = self.choice.currentData() == "gguf"
+        self.path.setVisible(gguf)
+        self.browse.setVisible(gguf)
+        self.backends.setVisible(self.choice.currentData() == "fleet")
+        llama = self.choice.currentData() not in ("modeled", "fleet")
+        for widget in (self.layout_choice, self.extra_buffers, self.threads):
+            widget.setVisible(llama)
+
+    def _browse(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Choose a GGUF model", self.path.text(),
+                                                        "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.path.setText(path)
+
+    def _load(self) -> None:
+        choice = self.choice.currentData()
+        if choice == "fleet":
+            try:
+                backends = self.backends.backends()
+            except ValueError as exc:
+                self.set_error(str(exc))
+                return
+            self.fleet_requested.emit(backends)
+            return
+        if choice == "gguf" and not self.path.text().strip():
+            self.set_error("Choose a GGUF file first.")
+            return
+        self.load_requested.emit(engine_changes(choice, self.path.text().strip(), self.kv_unified,
+                                                self.threads.value() or None, self.extra_buffers.currentData()))
+
+    @property
+    def kv_unified(self) -> bool | None:
+        return self.layout_choice.currentData()
+
+    def select(self, engine: str, model: str | None, kv_unified: bool | None = None, threads: int | None = None,
+               extra_buffers: str = "auto") -> None:
+        key = choice_for(engine, model)
+        self.choice.setCurrentIndex([k for k, _ in CHOICES].index(key))
+        self.layout_choice.setCurrentIndex([u for u, _ in LAYOUTS].index(kv_unified))
+        self.extra_buffers.setCurrentIndex([k for k, _ in EXTRA_BUFFERS].index(extra_buffers))
+        self.threads.setValue(threads or 0)
+        if key == "gguf":
+            self.path.setText(str(model))
+
+    def set_busy(self, text: str) -> None:
+        self.progress.setRange(0, 0)  # busy
+        self.load.setEnabled(False)
+        self.unload.setEnabled(False)
+        self.status.setText(text)
+        self.status.setObjectName("")
+        self.status.setStyleSheet(f"color: {theme.TEXT_DIM}")
+
+    def set_error(self, message: str) -> None:
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.load.setEnabled(True)
+        self.unload.setEnabled(True)
+        self.status.setText(f"Could not load: {message}")
+        self.status.setStyleSheet("color: #ff8a80")
+
+    def show_fleet(self, backends: list) -> None:
+        """The fleet is serving: its list in the editor, and no embedded engine's facts."""
+        self.show_facts(None)
+        self.choice.setCurrentIndex([k for k, _ in CHOICES].index("fleet"))
+        self.backends.set_backends(backends)
+        self.progress.setValue(1)
+        names = ", ".join(b.label for b in backends)
+        self.status.setText(f"Serving through the gateway in front of {len(backends)} backends: {names}. "
+                            "The embedded engine is stopped.")
+        self.status.setStyleSheet(f"color: {theme.MINT}")
+
+    def show_facts(self, facts: dict[str, Any] | None) -> None:
+        self.progress.setRange(0, 1)
+        loaded = bool(facts) and not ("engine" in facts and facts["engine"] is None)
+        self.progress.setValue(1 if loaded else 0)
+        self.load.setEnabled(True)
+        self.unload.setEnabled(True)
+        while self.facts.count():
+            # Hidden at once: deleteLater waits for the event loop, and a grab or paint before it would
+            # show the old facts under the new ones.
+            old = self.facts.takeAt(0).widget()
+            old.hide()
+            old.deleteLater()
+        if not loaded:
+            self.status.setText("No engine loaded." + (f" {facts['error']}" if facts and facts.get("error") else ""))
+            self.warning.setText("")
+            return
+        self.status.setText("Loaded.")
+        self.status.setStyleSheet(f"color: {theme.MINT}")
+        facts = {"engine": "llama.cpp", **facts} if "engine" not in facts else facts
+        shown = [(title, _format(key, facts[key])) for key, title in FACT_LABELS.items()
+                 if facts.get(key) is not None and key not in WIDE_FACTS
+                 and not (key == "quantization" and "file_type" in facts)]
+        for i, (title, text) in enumerate(shown):
+            self._add_fact(i // 2, 2 * (i % 2), title, text)
+        row = (len(shown) + 1) // 2
+        for key in WIDE_FACTS:
+            if facts.get(key) is not None:
+                self._add_fact(row, 0, FACT_LABELS[key], _format(key, facts[key]), span=3)
+                row += 1
+        self.setToolTip("\n".join(f"{k}: {v}" for k, v in facts.items()))
+        notes = [facts["note"]] if facts.get("note") else []
+        if "random" in str(facts.get("name", "")).lower() or facts.get("demo"):
+            notes.append("The demo model has random weights: its text is noise. It is here to exercise the real "
+                         "llama.cpp batching path; pick a GGUF for meaningful output.")
+        self.warning.setText("\n".join(notes))
+
+
+    def shown_facts(self) -> dict[str, str]:
+        """What the facts grid shows, title -> text."""
+        cells = [self.facts.itemAt(i).widget().text() for i in range(self.facts.count())]
+        return dict(zip(cells[0::2], cells[1::2]))
+
+    def _add_fact(self, row: int, column: int, title: str, text: str, span: int = 1) -> None:
+        caption = QtWidgets.QLabel(title)
+        caption.setStyleSheet(f"color: {theme.TEXT_DIM}")
+        value = QtWidgets.QLabel(text)
+        value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        value.setWordWrap(span > 1)
+        self.facts.addWidget(caption, row, column)
+        self.facts.addWidget(value, row, column + 1, 1, span)
+
+
+class Loader(QtCore.QObject):
+    """Runs a blocking load on a worker thread and reports back on the GUI thread."""
+
+    done = QtCore.Signal(object)  # None on success, else the error message
+
+    def run(self, work) -> threading.Thread:
+        def target() -> None:
+            try:
+                work()
+            except Exception as exc:  # a bad file is a message, never a crash
+                self.done.emit(str(exc) or type(exc).__name__)
+            else:
+                self.done.emit(None)
+
+        thread = threading.Thread(target=target, name="swarm-panel-load", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,3 @@
+"""The live plots: occupancy, KV and tokens per second, the lane timeline and per-agent service.
+Imports toolkit, app.service's step feed and runtime.
+"""

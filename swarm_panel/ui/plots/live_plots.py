@@ -1,0 +1,170 @@
+"""The live plots on one time axis: throughput, batch occupancy, KV, utilization.
+
+Nothing here is driven per token: `refresh(feed)` is called by the window's one timer and hands the
+feed's ring-buffer views, cut to the visible window, to `setData`. The plots are not x-linked (each
+gets the same range directly), which keeps one refresh to a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from swarm_panel.ui.toolkit import theme
+from swarm_panel.app.service.step_feed import Marker, StepFeed
+
+SPAN_S = 60.0
+MIN_SPAN_S = 20.0
+
+# plot -> (title, units, [(tick column, legend label, colour, dashed, width, filled)])
+PLOTS = {
+    "throughput": ("Throughput", "tok/s", [
+        ("tok_s", "useful tok/s", theme.USEFUL, False, 2.0, True),
+        ("padding_tok_s", "padding tok/s", theme.PADDING, False, 2.0, False),
+        ("ceiling", "ceiling B/t(B)", theme.MINT, True, 1.5, False)]),
+    "occupancy": ("Batch occupancy", "lanes", [
+        ("held", "width held", theme.TEXT, False, 1.5, False),
+        ("live", "live lanes", theme.USEFUL, False, 2.0, False),
+        ("padding", "padding lanes", theme.PADDING, False, 2.0, False),
+        ("queue", "waiting queue", theme.QUEUE, True, 1.5, False)]),
+    "kv": ("KV cache", "KV %", [
+        ("kv_pct", "live KV %", theme.KV, False, 2.0, True),
+        ("kv_cached_pct", "cached for reuse %", theme.PREFILL, True, 1.5, False),
+        # A hybrid model's recurrent-state checkpoints, as a share of their own memory budget.
+        ("checkpoint_pct", "checkpoints % of their budget", theme.QUEUE, True, 1.5, False),
+        # Finished sequences parked in host RAM out of a unified KV, as a share of their own budget.
+        ("parked_pct", "parked % of their budget", theme.TEXT_DIM, True, 1.5, False)]),
+    "utilization": ("Utilization", "%", [
+        ("utilization", "utilization (useful / width held)", theme.MINT, False, 2.0, False),
+        ("occupancy", "occupancy (live / max batch)", theme.USEFUL, True, 1.5, False)]),
+}
+
+
+def _pen(colour: str, width: float = 2.0, dash: bool = False):
+    pen = pg.mkPen(colour, width=width)
+    if dash:
+        pen.setStyle(QtCore.Qt.PenStyle.DashLine)
+    return pen
+
+
+def _title(title: str, curves) -> str:
+    keys = "&nbsp;&nbsp;".join(
+        f"<span style='color:{colour}'>{'┅' if dashed else '━'} {label}</span>"
+        for _, label, colour, dashed, _, _ in curves
+    )
+    return f"<span style='color:{theme.TEXT}'><b>{title}</b></span>&nbsp;&nbsp;&nbsp;{keys}"
+
+
+class PlotsPanel(QtWidgets.QWidget):
+    def __init__(self, parent: QtWidgets.QWidget | None = None, span_s: float = SPAN_S) -> None:
+        super().__init__(parent)
+        self.span_s = span_s
+        self.layout_widget = pg.GraphicsLayoutWidget()
+        self.layout_widget.setMinimumHeight(420)
+        self.layout_widget.ci.setSpacing(2)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.layout_widget)
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        for k, (name, (title, units, curves)) in enumerate(PLOTS.items()):
+            plot = self.layout_widget.addPlot(row=k, col=0)
+            plot.setTitle(_title(title, curves), size="9pt")
+            plot.showGrid(x=False, y=False)
+            plot.setLabel("left", units)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.setMenuEnabled(False)
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).enableAutoSIPrefix(False)
+            plot.getAxis("left").setWidth(52)
+            if k == len(PLOTS) - 1:
+                plot.setLabel("bottom", "seconds since the panel opened")
+            else:
+                plot.hideAxis("bottom")  # one time axis, at the bottom; the others would only cost paint time
+            plot.enableAutoRange(axis="x", enable=False)
+            for key, _, colour, dashed, width, filled in curves:
+                curve = plot.plot(pen=_pen(colour, width, dashed), connect="finite")
+                if filled:
+                    curve.setFillLevel(0)
+                    curve.setBrush(pg.mkBrush(colour + "38"))
+                self.curves[key] = curve
+            self.plots[name] = plot
+        self.plots["utilization"].setYRange(0, 105, padding=0)
+        self.plots["utilization"].enableAutoRange(axis="y", enable=False)
+        self.plots["kv"].enableAutoRange(axis="y", enable=False)
+        self.kv_text = pg.TextItem("", color=theme.TEXT_DIM, anchor=(0, 0))
+        self.kv_text.setParentItem(self.plots["kv"].getViewBox())
+        self.kv_text.setPos(8, 2)
+        self._kv_top = 0.0
+        self._marker_lines: list[tuple[Marker, list[pg.InfiniteLine]]] = []
+
+    def refresh(self, feed: StepFeed, now: float | None = None) -> None:
+        ticks = feed.ticks
+        if not len(ticks):
+            return
+        t = ticks.column("t")
+        end = float(t[-1]) if now is None else now
+        start = max(end - self.span_s, min(float(t[0]), end - MIN_SPAN_S))
+        lo = max(int(np.searchsorted(t, start)) - 1, 0)
+        t_visible = t[lo:]
+        for key, curve in self.curves.items():
+            curve.setData(t_visible, ticks.column(key)[lo:], skipFiniteCheck=False)
+        for plot in self.plots.values():
+            plot.setXRange(start, end, padding=0)
+        kv = np.concatenate((ticks.column("kv_pct")[lo:], ticks.column("kv_cached_pct")[lo:],
+                             ticks.column("checkpoint_pct")[lo:], ticks.column("parked_pct")[lo:]))
+        top = max(2.0, float(np.nanmax(kv)) * 1.3 if len(kv) else 2.0)
+        if not math.isclose(top, self._kv_top, rel_tol=0.15):
+            self._kv_top = min(top, 100.0)
+            self.plots["kv"].setYRange(0, self._kv_top, padding=0)
+        kv_used = feed.latest("kv_used")
+        if not math.isnan(kv_used):
+            capacity = feed.steps.column("kv_capacity", 1)
+            cap = int(capacity[0]) if len(capacity) else 0
+            cached = int(feed.latest("kv_cached"))
+            text = f"{int(kv_used):,} live + {cached:,} cached of {cap:,} tokens ({feed.latest('kv_pct'):.1f}% live)"
+            checkpoint_bytes = feed.steps.column("checkpoint_bytes", 1)
+            if len(checkpoint_bytes) and checkpoint_bytes[0] > 0:
+                text += f"; checkpoints {checkpoint_bytes[0] / 1e6:,.1f} MB"
+            parked_bytes = feed.steps.column("parked_bytes", 1)
+            if len(parked_bytes) and parked_bytes[0] > 0:
+                text += f"; parked {parked_bytes[0] / 1e6:,.1f} MB in host RAM"
+            self.kv_text.setText(text)
+        self._sync_markers(feed.markers, start)
+
+    def _sync_markers(self, markers: list[Marker], oldest: float) -> None:
+        known = {id(m) for m, _ in self._marker_lines}
+        for marker in markers[-20:]:
+            if id(marker) not in known and marker.time >= oldest:
+                self._marker_lines.append((marker, [self._marker_line(plot, marker, top=(name == "throughput"))
+                                                    for name, plot in self.plots.items()]))
+        keep = []
+        for marker, lines in self._marker_lines:
+            if marker.time < oldest - 1.0:
+                for plot, line in zip(self.plots.values(), lines):
+                    plot.removeItem(line)
+            else:
+                keep.append((marker, lines))
+        self._marker_lines = keep
+
+    @staticmethod
+    def _marker_line(plot: pg.PlotItem, marker: Marker, top: bool) -> pg.InfiniteLine:
+        line = pg.InfiniteLine(
+            pos=marker.time, angle=90, movable=False, pen=_pen(theme.MARKER, 1.5, dash=True),
+            label=marker.label,
+            labelOpts={"position": 0.8 if top else 0.75, "color": theme.MARKER, "anchors": [(0, 0.5), (1, 0.5)],
+                       "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")},
+        )
+        plot.addItem(line, ignoreBounds=True)
+        return line
+
+    def marker_labels(self) -> list[str]:
+        return [marker.label for marker, _ in self._marker_lines]
+
+    def series(self, key: str) -> np.ndarray:
+        data = self.curves[key].getData()[1]
+        return np.array([]) if data is None else data

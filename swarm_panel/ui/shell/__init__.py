@@ -1,0 +1,3 @@
+"""The application shell: the `swarm-panel` command (the composition root that adds the desktop's
+commands to app's), the app and its main window, the status bar and exports. Imports every ui room.
+"""

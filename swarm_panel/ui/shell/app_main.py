@@ -1,0 +1,218 @@
+"""The desktop app: Qt hosts asyncio through qasync; the HTTP server is a task on that loop, the
+engine runs on its own thread, the window pulls snapshots on a timer. Closing the window stops the
+swarm, the engine and the server (the port is released) before the function returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FIRST_LAUNCH_AGENTS = 8
+
+
+def asset(name: str) -> Path:
+    """A file under assets/, from a source checkout or a PyInstaller bundle."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base / "assets" / name
+
+
+def run_gui(engine: str | None = None, model: Path | str | None = None, port: int | None = None,
+            swarm: int | None = None, screenshot: Path | str | None = None, quit_after: float | None = None,
+            policy: str | None = None, switch: str | None = None, settings_file: Path | str | None = None,
+            backends: list | None = None) -> int:
+    """Opens the window and runs until it closes; returns the exit status.
+
+    switch: "POLICY@SECONDS" switches the policy that many seconds in (for scripted captures).
+    backends: BackendConfigs to open on, the endpoint serving through the gateway in front of them.
+    """
+    import qasync
+    from PySide6 import QtWidgets
+
+    from swarm_panel.app.service.engine_service import share_the_interpreter
+    from swarm_panel.ui.toolkit import theme
+    from swarm_panel.ui.toolkit.gui_gc import collect_on_gui_thread
+
+    share_the_interpreter()
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    app.setApplicationName("swarm-panel")
+    app.setOrganizationName("swarm-panel")
+    app.setStyle("Fusion")
+    app.setQuitOnLastWindowClosed(False)
+    from PySide6 import QtGui
+
+    if asset("icon.png").is_file():
+        app.setWindowIcon(QtGui.QIcon(str(asset("icon.png"))))  # the coroutine below ends the loop, after shutting down
+    theme.configure_pyqtgraph()
+    app.setStyleSheet(theme.STYLESHEET)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    # qasync does not install asyncio's async-generator hooks, so an abandoned generator (an httpx stream
+    # left at [DONE]) would be finalized outside the loop; install them as run_forever does.
+    hooks = sys.get_asyncgen_hooks()
+    firstiter = getattr(loop, "_asyncgen_firstiter_hook", None)
+    finalizer = getattr(loop, "_asyncgen_finalizer_hook", None)
+    if firstiter is not None and finalizer is not None:
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
+    try:
+        with loop, collect_on_gui_thread():
+            return loop.run_until_complete(_main(engine, model, port, swarm, screenshot, quit_after, policy, switch,
+                                                 settings_file, backends))
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+        asyncio.set_event_loop(None)
+
+
+def _settings(store, engine, model, port, policy, backends=None):
+    from swarm_panel.app.settings.backends import parse_backend_lines
+    from swarm_panel.app.settings.schema import SCHEDULER_FIELDS, Settings
+
+    overrides: dict = {}
+    remembered = store.get("scheduler", {}) or {}
+    for key in SCHEDULER_FIELDS:
+        if key in remembered:
+            overrides[key] = remembered[key]
+    # None on a first start: the settings' engine (by default the bundled real model, so a connected
+    # agent gets real sentences), unless a variable or the config file names another.
+    chosen = engine or store.get("engine")
+    if chosen:
+        overrides["engine"] = chosen
+    if model is not None:
+        overrides["model"] = Path(model)
+        overrides["engine"] = engine or "llama"
+    elif chosen == "llama" and store.get("model_path"):
+        overrides["model"] = Path(store.get("model_path"))
+    if store.get("kv_unified") is not None:
+        overrides["kv_unified"] = bool(store.get("kv_unified"))
+    if store.get("threads"):
+        overrides["threads"] = int(store.get("threads"))
+    if store.get("extra_buffers"):
+        overrides["extra_buffers"] = store.get("extra_buffers")
+    if port is not None:
+        overrides["port"] = port
+    if policy is not None:
+        overrides["policy"] = policy
+    if backends:
+        overrides["backends"] = backends
+    elif store.get("backends"):
+        try:
+            overrides["backends"] = parse_backend_lines("\n".join(store.get("backends")))
+        except (TypeError, ValueError) as exc:
+            log.warning("ignoring the remembered fleet: %s", exc)
+    try:
+        return Settings(**overrides)
+    except ValueError as exc:  # a stale remembered value must not keep the panel from opening
+        log.warning("ignoring remembered settings: %s", exc)
+        keep = {k: overrides[k] for k in ("engine", "model", "port", "policy", "backends") if k in overrides}
+        return Settings(**keep)
+
+
+def _opens_on_fleet(store, settings, engine, model, backends) -> bool:
+    """On the fleet when asked with --backend, or when it was serving at the last close and no engine is asked."""
+    if backends:
+        return True
+    return engine is None and model is None and bool(store.get("fleet")) and bool(settings.backends)
+
+
+async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, settings_file, backends) -> int:
+    from pydantic import SecretStr
+
+    from swarm_panel.app.server.http_server import HttpServer, PortInUse
+    from swarm_panel.app.service.engine_service import SwarmService
+    from swarm_panel.ui.shell.main_window import MainWindow
+    from swarm_panel.ui.toolkit.settings_store import SettingsStore
+
+    loop = asyncio.get_running_loop()
+    store = SettingsStore(settings_file)
+    settings = _settings(store, engine, model, port, policy, backends)
+    fleet = _opens_on_fleet(store, settings, engine, model, backends)
+    if swarm is None and store.get("engine") is None and not fleet:
+        # First launch: real agents start talking to the real model at once, so the plots, the lane
+        # timeline and the agent view show a live swarm before the user has touched anything. Never
+        # uninvited against someone's fleet.
+        swarm = FIRST_LAUNCH_AGENTS
+    service = SwarmService(settings, leave_a_core=True)
+    window = MainWindow(service, store)
+    if screenshot is not None:
+        window.resize(1760, 1000)  # a fixed size for scripted captures, whatever geometry was remembered
+    window.show()
+    closed = asyncio.Event()
+    window.closed.connect(closed.set)
+    loaded: asyncio.Future = loop.create_future()
+    window.engine_loaded.connect(lambda error: loaded.done() or loaded.set_result(error))
+    if not fleet:
+        window.start_engine()
+
+    def set_api_key(key: str) -> None:
+        service.settings = service.settings.model_copy(update={"api_key": SecretStr(key) if key else None})
+
+    window.api_key_requested = set_api_key
+    http = None
+    try:
+        http = HttpServer(service)
+        try:
+            await http.start()
+            window.set_endpoint(http.url)
+        except PortInUse as exc:
+            wanted = http.port
+            http = HttpServer(service, port=0)
+            await http.start()
+            window.set_endpoint(http.url, f"Port {wanted} is taken ({exc}); listening on a free port instead.")
+    except (OSError, ValueError) as exc:
+        http = None
+        window.set_endpoint(None, f"The endpoint is off: {exc}")
+    window.attach_endpoint(http)
+    if fleet:
+        window.load_fleet(settings.backends)
+
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, lambda *_: window.close())
+
+    try:
+        return await _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after)
+    finally:
+        if window.isVisible():
+            window.close()  # an error on the way must not leave the engine running
+        await window.launcher.stop_and_wait(timeout=0.5)
+        await window.fleet.close()
+        if http is not None:
+            await http.stop()
+        await asyncio.get_running_loop().shutdown_asyncgens()  # qasync does not; asyncio.run would
+
+
+async def _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after) -> int:
+    loop = asyncio.get_running_loop()
+    exit_code = 0
+    error = await loaded
+    if swarm and error is None:
+        window.launcher.agents.setValue(max(1, min(64, swarm)))
+        window.launcher.start()
+    if switch:
+        target, _, seconds = switch.partition("@")
+        loop.call_later(float(seconds or 0), lambda: _switch(window, target))
+    if quit_after is not None:
+        def capture_and_close() -> None:
+            nonlocal exit_code
+            if screenshot is not None:
+                window.refresh()
+                if not window.grab().save(str(screenshot)):
+                    log.error("could not write %s", screenshot)
+                    exit_code = 1
+            window.close()
+
+        loop.call_later(quit_after, capture_and_close)
+
+    await closed.wait()
+    return exit_code
+
+
+def _switch(window, policy: str) -> None:
+    try:
+        window.apply_scheduler(policy=policy)
+    except (ValueError, RuntimeError) as exc:
+        log.warning("could not switch to %s: %s", policy, exc)

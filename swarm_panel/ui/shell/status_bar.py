@@ -1,0 +1,49 @@
+"""Status bar: the fitted step line t(B) = a + b*B, the ceiling it implies, step rate, address."""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from swarm_panel.runtime.core.fit import StepLine
+
+
+class StatusBar(QtWidgets.QStatusBar):
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.step_line = QtWidgets.QLabel("t(B): waiting for decode steps at two widths")
+        self.ceiling = QtWidgets.QLabel("ceiling: –")
+        self.rate = QtWidgets.QLabel("0 steps/s")
+        self.address = QtWidgets.QLabel("not listening")
+        for label in (self.step_line, self.ceiling, self.rate):
+            self.addWidget(label)
+        self.addPermanentWidget(self.address)
+
+    def show_figures(self, line: StepLine | None, max_batch: int, step_rate: float, mean_step_ms: float,
+                     model_line: StepLine | None = None, measured_ms: float | None = None,
+                     threads_note: str = "") -> None:
+        """model_line: the engine's own cost model, shown until decode steps at two widths allow a fit;
+        measured_ms: the median decode step at max_batch itself, which the ceiling prefers;
+        threads_note: why llama.cpp runs on fewer threads than it was given, if it does."""
+        if line is not None:
+            self.step_line.setText(f"fitted step line {line} ({line.points} steps)")
+        elif model_line is not None:
+            self.step_line.setText(f"cost model {model_line} (fit needs decode steps at two widths)")
+        if measured_ms:
+            self.ceiling.setText(f"ceiling at B={max_batch}: {max_batch / measured_ms * 1e3:.0f} tok/s "
+                                 f"(t({max_batch}) = {measured_ms:.1f} ms measured)")
+        elif line or model_line:
+            self.ceiling.setText(f"ceiling at B={max_batch}: {(line or model_line).ceiling_tok_s(max_batch):.0f} tok/s")
+        rate = f"engine: {step_rate:.1f} steps/s, {mean_step_ms:.1f} ms/step"
+        self.rate.setText(f"{rate}; {threads_note}" if threads_note else rate)
+
+    def show_address(self, url: str | None) -> None:
+        self.address.setText(url or "not listening")
+
+
+def threads_note(facts: dict) -> str:
+    """What a user should know when fewer threads run than the engine was given, else ''."""
+    threads, most = facts.get("n_threads"), facts.get("threads_most")
+    if not threads or not most or threads >= most:
+        return ""
+    others = facts.get("other_processes_cpu_cores") or 0.0
+    return f"llama.cpp on {threads} of {most} threads: other processes use {others:.1f} cores"

@@ -1,0 +1,75 @@
+"""The checkpoint store, where hybrid prompts leave checkpoints, and the modeled hybrid card's accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from swarm_panel.runtime.core.checkpoints import CheckpointStore
+from swarm_panel.runtime.core.clock import VirtualClock
+from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import PrefixOpKind
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.modeled.engine import IM_END_ID, ModeledEngine
+from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
+from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.reuse.resume import MIN_CHECKPOINT_TOKENS, Resumption
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+
+
+def test_the_store_finds_the_longest_checkpointed_prefix_and_evicts_the_coldest_within_its_budget():
+    store = CheckpointStore(budget_bytes=300)
+    tokens = np.arange(100)
+    assert store.put(tokens[:20], b"a", 100) and store.put(tokens[:50], b"b", 100)
+    assert store.longest(tokens, limit=99) == 50 and store.longest(tokens, limit=49) == 20
+    other = np.concatenate([tokens[:30], [999] * 30])
+    assert store.longest(other, limit=59) == 20  # its prefix diverges before 50
+    assert store.get(tokens[:20]).data == b"a"  # used: now the most recent
+    assert store.put(tokens[:70], b"c", 100) and store.put(tokens[:80], b"d", 100)
+    assert store.num_bytes == 300 and store.num_evicted == 1 and not store.has(tokens[:50])
+    assert store.longest(tokens, limit=60) == 20
+    assert not store.put(tokens[:90], b"e", 301) and not store.has(tokens[:90])
+
+
+def test_prompts_leave_checkpoints_at_the_system_prompt_and_one_token_short_of_their_end():
+    resumption = Resumption(CheckpointStore(1 << 20), turn_end_tokens=frozenset({7}))
+    chat = Request([1] + [5] * 40 + [7] + [6] * 60)  # a system message ended by token 7
+    assert resumption.boundaries(chat) == [42, chat.num_prompt_tokens - 1]
+    marked = Request([5] * 100, checkpoint_positions=(30,))
+    assert resumption.boundaries(marked) == [30, 99]
+    short = Request([5] * MIN_CHECKPOINT_TOKENS)
+    assert resumption.boundaries(short) == []  # cheap to recompute: no extra step for a checkpoint
+    assert resumption.chunk_end(marked, 0, 64) == (30, True)
+    resumption.checkpoints.put(np.array(marked.token_ids[:30]), None, 1)
+    assert resumption.chunk_end(marked, 0, 64) == (64, False)  # already there: no cut
+    assert resumption.chunk_end(marked, 64, 100) == (99, True)
+
+
+def greedy(tokens, n, agent):
+    return Request(list(tokens), SamplingParams(max_tokens=n, ignore_eos=True), agent=agent)
+
+
+def test_the_modeled_hybrid_card_charges_a_state_per_sequence_and_reuses_only_at_checkpoints():
+    engine = ModeledEngine()
+    assert engine.sequence_state_tokens == RX_9070_XT_QWEN35_9B.state_tokens_per_sequence > 1000
+    plans = []
+    step = engine.step
+    engine.step = lambda plan: plans.append(plan) or step(plan)
+    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=4), engine)
+    loop = EngineLoop(scheduler, engine, VirtualClock())
+    system = list(range(100, 200)) + [IM_END_ID]
+    first = greedy(system + [1] * 10, 5, "a")
+    scheduler.add(first, 0.0)
+    loop.step()
+    # Admitted: its prompt and one recurrent state, however short the prompt.
+    assert scheduler.kv_used == first.num_computed_tokens + engine.sequence_state_tokens
+    while scheduler.has_work:
+        loop.step()
+    assert scheduler.kv_cached == first.num_tokens - 1 + engine.sequence_state_tokens
+    other = greedy(system + [2] * 10, 5, "b")
+    scheduler.add(other, 0.0)
+    while scheduler.has_work:
+        loop.step()
+    copies = [op for plan in plans for op in plan.prefix_ops if op.kind is PrefixOpKind.COPY]
+    # The common prefix is the system message plus nothing: resumed exactly at its checkpoint.
+    assert [(op.source, op.num_tokens) for op in copies] == [(first, len(system))]
+    assert engine.describe()["memory_kind"] == "hybrid" and engine.describe()["checkpoints"] >= 2
