@@ -9,8 +9,10 @@ import threading
 
 import pytest
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
+
 def test_scripted_capture_writes_the_png_and_exits_cleanly(tmp_path):
     shot = tmp_path / "shot.png"
     env = os.environ | {"QT_QPA_PLATFORM": "offscreen", "SWARM_PANEL_CONFIG_FILE": str(tmp_path / "absent.toml")}

@@ -18,6 +18,9 @@ from swarm_panel.app.settings.backends import parse_backend_lines
 from tests.gateway_fleet import backend
 from tests.ui.test_ui_common import fast_service, no_user_config  # noqa: F401 - a fixture
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 SCENARIO_TIMEOUT_S = 150.0
 
 
@@ -163,7 +166,6 @@ async def scenario(qtbot, tmp_path, backends) -> None:
         service.stop()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(SCENARIO_TIMEOUT_S + 120)
 def test_the_panel_serves_a_fleet_from_its_engine_box_and_switches_back(qtbot, qapp, no_user_config, tmp_path,
                                                                         tiny_model_path):

@@ -14,6 +14,9 @@ from swarm_panel.app.server.http_server import ThreadedHttpServer
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 from tests.ui.test_ui_common import STEADY_CARD, SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 
 def start_load(win, agents: int = 8) -> LocalSwarm:
     swarm = LocalSwarm(win.service.engine_thread, agents=agents, lengths=SHORT_LENGTHS, prompt_tokens=8)

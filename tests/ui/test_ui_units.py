@@ -84,11 +84,11 @@ def test_cli_registers_gui_without_importing_qt():
 
 
 def test_runtime_and_app_never_import_qt():
-    code = ("import sys, pkgutil, importlib, runtime, app\n"
+    code = ("import sys, pkgutil, importlib, swarm_panel.runtime as runtime, swarm_panel.app as app\n"
             "for pkg in (runtime, app):\n"
-            "    for m in pkgutil.iter_modules(pkg.__path__):\n"
-            "        importlib.import_module(f'{pkg.__name__}.{m.name}')\n"
-            "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'qasync', 'ui'))]\n"
+            "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+            "        importlib.import_module(m.name)\n"
+            "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'qasync', 'swarm_panel.ui'))]\n"
             "assert not bad, bad\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -37,10 +37,8 @@ from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import RequestRejected
+from swarm_panel.runtime.scheduling.limits import ContextExceeded, RequestRejected
 
-# max_tokens when a request names none: the rest of the context, but no more than this.
-DEFAULT_MAX_TOKENS = 4096
 # Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.
 ASKED_TAIL_TOKENS = 160
 # Prompts longer than this (in characters) are rendered and tokenized on a worker thread.
@@ -180,12 +178,12 @@ class ServerCore:
         """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
-        await self.widen_for(engine, thread, body, prompt_ids, fit_max_tokens)
+        max_tokens = await self.admit(engine, thread, body, prompt_ids, fit_max_tokens)
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
-                handles.append(self.submit(engine, thread, body, prompt_ids, agent, asked, grammar, choice, priority,
-                                           fit_max_tokens))
+                handles.append(self.submit(engine, thread, body, prompt_ids, max_tokens, agent, asked, grammar,
+                                           choice, priority))
         except BaseException:
             for handle in handles:
                 handle.abort()
@@ -193,48 +191,34 @@ class ServerCore:
             raise
         return handles
 
-    def max_tokens(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                   fit_max_tokens: bool) -> int:
-        """The request's max_tokens, or a 400 where its prompt leaves the context no room."""
-        budget = thread.snapshot().kv_budget
-        limit = min(thread.max_context, budget)
-        if limit - len(prompt_ids) < 1:
-            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, limit)}",
-                              param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
-                              code="context_length_exceeded")
-        # A max_tokens the server chooses (or cuts) keeps to a lane's context where the prompt fits one:
-        # only a request that needs more (its prompt, or a max_tokens asked for) widens the KV layout,
-        # or keeps a widened one from narrowing.
-        lane = thread.lane_context
-        context = lane if len(prompt_ids) < min(lane, budget) else limit
-        max_tokens = body.requested_max_tokens or min(DEFAULT_MAX_TOKENS, min(context, budget) - len(prompt_ids))
-        if fit_max_tokens:
-            held = budget - len(prompt_ids) - thread.scheduler.caps.sequence_state_tokens
-            max_tokens = max(1, min(max_tokens, context - len(prompt_ids), held))
-        return max_tokens
-
-    async def widen_for(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                        fit_max_tokens: bool) -> None:
-        """A request longer than a lane's share of the default split KV: the engine widens its layout
-        (between two steps) before the request is queued, so that a widening llama.cpp cannot make
-        (memory, on a card) is a 400 here, in the API's shape, like any request the context cannot hold."""
-        max_tokens = self.max_tokens(engine, thread, body, prompt_ids, fit_max_tokens)
+    async def admit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
+                    fit_max_tokens: bool) -> int:
+        """The request's max_tokens, settled once on the engine's side (EngineThread.admit): a 400 where
+        the context can never hold it, and where it fits only once the engine widens its KV layout,
+        the widening awaited first, so that one llama.cpp cannot make (memory, on a card) is a 400 too."""
         try:
-            pending = thread.widen_for(len(prompt_ids), max_tokens)
-        except RequestRejected:
-            return  # refused with its reason when it is submitted
-        if pending is None:
-            return
-        failure = await asyncio.wrap_future(pending)
+            settled, widening = thread.admit(len(prompt_ids), body.requested_max_tokens, cut=fit_max_tokens)
+        except ContextExceeded as exc:
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, exc.limit)}",
+                              param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
+                              code="context_length_exceeded") from None
+        except RequestRejected as exc:
+            self.metrics.reject()
+            param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+            raise bad_request(str(exc), param=param, code="context_length_exceeded") from None
+        except EngineUnavailable as exc:
+            raise APIError(503, str(exc), code="engine_unavailable", headers={"Retry-After": "5"}) from None
+        failure = await asyncio.wrap_future(widening) if widening is not None else None
         if failure is not None:
-            raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {max_tokens}; "
+            raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {settled.max_tokens}; "
                               f"{self._context_holds(engine, engine.max_context)}, and {failure}",
                               code="context_length_exceeded")
+        return settled.max_tokens
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-               agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
-               priority: int | None = None, fit_max_tokens: bool = False) -> RequestHandle:
-        """fit_max_tokens: a max_tokens past what the context has left is cut to it, not refused."""
+               max_tokens: int, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
+               priority: int | None = None) -> RequestHandle:
+        """One choice, with the max_tokens `admit` settled."""
         facts = self.facts(engine)
         n_vocab = facts.n_vocab
         bias = body.bias_by_token
@@ -243,7 +227,6 @@ class ServerCore:
             if bad:
                 raise bad_request(f"logit_bias names token {bad[0]}, outside the vocabulary (0..{n_vocab - 1})",
                                   param="logit_bias")
-        max_tokens = self.max_tokens(engine, thread, body, prompt_ids, fit_max_tokens)
         try:
             sampling = SamplingParams(
                 max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,

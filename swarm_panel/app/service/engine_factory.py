@@ -51,21 +51,19 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     o = options
     if o.engine == "modeled":
         return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
-    from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
-    from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
+    from swarm_panel.runtime.llama.cpu_tuning.door import engine_tuning
+    from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
 
     path, note = resolve_model(o.model, o.n_gpu_layers)
     if not path.is_file():
         raise ModelLoadError(f"cannot load model {path}: no such file")
-    decision = decide_extra_buffers(path, o.extra_buffers)
     unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
-    # Timed in the layout the engine opens with; a widened pool takes flash attention where the probe chose
-    # (LlamaEngine._widened_kernel), and narrowing brings the split layout's kernel back.
-    attention = decide_flash_attn(path, o.flash_attn, ProbeLayout(o.n_ctx, max_lanes, unified),
-                                  cpu_only=on_cpu(o.n_gpu_layers), kv_type=o.kv_type, extra_buffers=decision.enabled,
-                                  n_threads=o.threads)
-    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, decision.reason, attention.reason)
+    tuning = engine_tuning(path, offloaded=not on_cpu(o.n_gpu_layers), extra_buffers=o.extra_buffers,
+                           flash_attn=o.flash_attn, layout=ProbeLayout(o.n_ctx, max_lanes, unified),
+                           kv_type=o.kv_type, n_threads=o.threads)
+    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, tuning.extra_buffers_reason,
+             tuning.flash_attn_reason)
     return LlamaEngine(
         path,
         # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
@@ -76,14 +74,14 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         n_ctx=o.n_ctx,
         n_batch=o.n_batch,
         n_gpu_layers=o.n_gpu_layers,
-        flash_attn=attention.setting,
-        flash_attn_reason=attention.reason,
-        attention_curve=attention.curve,
+        flash_attn=tuning.flash_attn,
+        flash_attn_reason=tuning.flash_attn_reason,
+        attention_curve=tuning.attention_curve,
         kv_type=o.kv_type,
         n_threads=o.threads,
         leave_a_core=leave_a_core,
-        extra_buffers=decision.enabled,
-        extra_buffers_reason=decision.reason,
+        extra_buffers=tuning.extra_buffers,
+        extra_buffers_reason=tuning.extra_buffers_reason,
         note=note,
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
         park_cached=o.park_budget_mb > 0,

@@ -265,9 +265,11 @@ class LlamaEngine:
         first_cache_id = self.max_lanes
         self._free_cache_ids = (list(range(first_cache_id, first_cache_id + self.max_cached_sequences))
                                 if self.kv_unified else [])
-        # Split KV: what a llama_decode call costs here, fitted as the engine runs, and how many
-        # steps it has run as more than one call.
-        self.call_cost = CallCost(max_saving_cells=(self.max_lanes - 1) * self.max_context)
+        # Split KV on a CPU: what a llama_decode call costs here, fitted as the engine runs, and how
+        # many steps it has run as more than one call. A GPU's attention is not what a step's cost
+        # follows there, so an offloaded run keeps every step one call (None).
+        self.call_cost = (CallCost(max_saving_cells=(self.max_lanes - 1) * self.max_context)
+                          if on_cpu(self.n_gpu_layers) else None)
         self.split_steps = 0
         self._token_batch = TokenBatch(self.max_step_tokens)
         self._batch = self._token_batch.batch
@@ -438,7 +440,7 @@ class LlamaEngine:
                   "checkpoint_budget_bytes": 0, "recurrent_state_bytes": self._memory.state_bytes,
                   "parked_sequences": len(self._parked), "parked_bytes": self._parked.num_bytes,
                   "park_budget_bytes": self._parked.budget_bytes if self.parks_cached or self.parks_evicted else 0}
-        fit = self.call_cost.coefficients
+        fit = self.call_cost.coefficients if self.call_cost is not None else None
         governor = self._governor
         memory.update(n_threads=self.n_threads, threads_follow_contention=governor is not None,
                       threads_most=self.n_threads if governor is None else governor.most,
@@ -805,7 +807,7 @@ class LlamaEngine:
     def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
         """The step's llama_decode calls (swarm_panel.runtime.llama.cpu_tuning.decode_calls): with split KV, rows whose stream is far
         fuller than their neighbours' may run apart; a unified pool spans the same cells for every row."""
-        if self.kv_unified or len(admitted) < 2:
+        if self.kv_unified or self.call_cost is None or len(admitted) < 2:
             return [admitted]
         spans = [RowSpan(seq_id, row.start + 1, len(row.tokens) > 1) for seq_id, row in admitted]
         calls = plan_calls(spans, self.call_cost.for_step(), self.max_context)
@@ -820,7 +822,7 @@ class LlamaEngine:
         started = time.perf_counter()
         self._decode(call)
         elapsed = time.perf_counter() - started
-        if not self.kv_unified and self._batch.n_tokens == len(call):
+        if self.call_cost is not None and not self.kv_unified and self._batch.n_tokens == len(call):
             spans = [RowSpan(seq_id, row.start + 1) for seq_id, row in call]
             self.call_cost.observe(*ubatch_features(spans, self.max_context), elapsed)
         # A later call overwrites this one's logits: its rows are sampled now.

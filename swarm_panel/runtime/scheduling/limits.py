@@ -2,14 +2,67 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.policies.registry import POLICY_NAMES
+
+# max_tokens when a request names none: the rest of the context, but no more than this.
+DEFAULT_MAX_TOKENS = 4096
 
 
 class RequestRejected(ValueError):
     """The request can never run here (it would not fit the context or the KV budget)."""
+
+
+class ContextExceeded(RequestRejected):
+    """The prompt alone leaves the context no room for a single output token."""
+
+    def __init__(self, num_prompt_tokens: int, limit: int) -> None:
+        super().__init__(f"the prompt is {num_prompt_tokens} tokens; the context holds {limit}")
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A request's max_tokens, settled once against the engine's caps and budget."""
+
+    max_tokens: int
+    # The engine must widen its KV layout first (split KV that was a default becoming unified).
+    widens: bool
+    # The request needs more than a lane's share: a widened layout must not narrow under it.
+    long: bool
+
+
+def settle(caps: EngineCaps, kv_budget: int, num_prompt_tokens: int, asked: int | None, *,
+           cut: bool = False, default: int = DEFAULT_MAX_TOKENS) -> Settled:
+    """The max_tokens a request runs with, and whether the engine must widen for it; RequestRejected
+    (ContextExceeded for a prompt that alone fills the context) where it can never run.
+
+    A max_tokens the server chooses (none asked, or one `cut` to what is left) keeps to a lane's
+    context where the prompt fits one: only a request that needs more (its prompt, or a max_tokens
+    asked for) widens the layout, or keeps a widened one from narrowing."""
+    limit = min(max(caps.max_context, caps.widens_to), kv_budget)
+    if limit - num_prompt_tokens < 1:
+        raise ContextExceeded(num_prompt_tokens, limit)
+    lane = caps.narrows_to or caps.max_context
+    context = lane if num_prompt_tokens < min(lane, kv_budget) else limit
+    max_tokens = asked or min(default, min(context, kv_budget) - num_prompt_tokens)
+    if cut:
+        held = kv_budget - num_prompt_tokens - caps.sequence_state_tokens
+        max_tokens = max(1, min(max_tokens, context - num_prompt_tokens, held))
+    total = num_prompt_tokens + max_tokens
+    try:
+        check_fits(num_prompt_tokens, max_tokens, caps, kv_budget)
+        widens = False
+    except RequestRejected:
+        if not caps.widens_to:
+            raise
+        check_fits(num_prompt_tokens, max_tokens, replace(caps, max_context=caps.widens_to), kv_budget)
+        widens = True
+    return Settled(max_tokens, widens, long=0 < caps.narrows_to < total)
 
 
 def checked_config(config: SchedulerConfig, caps: EngineCaps) -> SchedulerConfig:

@@ -13,14 +13,14 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import chain
 
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine, EngineError
+from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.scheduling.limits import RequestRejected, check_fits, checked_config
+from swarm_panel.runtime.scheduling.limits import RequestRejected, Settled, checked_config, settle
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 from swarm_panel.runtime.core.request import Request, RequestOutput
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
@@ -59,6 +59,8 @@ class EngineSnapshot:
     running: int
     kv_budget: int
     time: float  # clock time it was taken: the engine thread publishes at least every IDLE_POLL_S
+    # What the engine holds and can do now: a widening or narrowing changes it between steps.
+    caps: EngineCaps
 
 
 OutputSink = Callable[[Sequence[tuple[Request, RequestOutput]]], None]
@@ -164,46 +166,28 @@ class EngineThread:
 
         return unsubscribe
 
-    @property
-    def max_context(self) -> int:
-        """The longest sequence one request may reach: past a lane's share where the engine widens."""
-        caps = self.scheduler.caps
-        return max(caps.max_context, caps.widens_to)
-
-    @property
-    def lane_context(self) -> int:
-        """A lane's share of the default split KV, also while it is widened; what a max_tokens the
-        server chooses keeps to, so that ordinary requests neither widen it nor keep it wide."""
-        caps = self.scheduler.caps
-        return caps.narrows_to or caps.max_context
-
-    def widen_for(self, num_prompt_tokens: int, max_tokens: int) -> Future[str | None] | None:
-        """Where a request fits only once the engine widens its KV layout, has it widen at the next step
-        boundary and returns a future of the outcome (None, or why it could not); None where the
-        request fits as it is. Raises RequestRejected where it could never fit."""
+    def admit(self, num_prompt_tokens: int, asked_max_tokens: int | None, *,
+              cut: bool = False) -> tuple[Settled, Future[str | None] | None]:
+        """A request's max_tokens, settled once from the last snapshot's caps and budget
+        (scheduling.limits.settle), and, where it fits only once the engine widens its KV layout, a
+        future of the widening at the next step boundary (None, or why it could not). Raises
+        RequestRejected where it can never run; submit checks the request again on this thread."""
         if self._stopping:
             raise EngineUnavailable("the engine is shutting down")
-        scheduler = self.scheduler
-        if 0 < scheduler.caps.narrows_to < num_prompt_tokens + max_tokens:
+        snapshot = self._snapshot
+        settled = settle(snapshot.caps, snapshot.kv_budget, num_prompt_tokens, asked_max_tokens, cut=cut)
+        if settled.long:
             self._long_seen = self.clock.now()
-        try:
-            scheduler.check_fits(num_prompt_tokens, max_tokens)
-            return None
-        except RequestRejected:
-            caps = scheduler.caps
-            if not caps.widens_to:
-                raise
-            check_fits(num_prompt_tokens, max_tokens, replace(caps, max_context=caps.widens_to), scheduler.kv_budget)
+        if not settled.widens:
+            return settled, None
         outcome: Future[str | None] = Future()
-        self._post("widen", (f"a request of {num_prompt_tokens + max_tokens:,} tokens", outcome))
-        return outcome
+        self._post("widen", (f"a request of {num_prompt_tokens + settled.max_tokens:,} tokens", outcome))
+        return settled, outcome
 
     def submit(self, request: Request) -> None:
         """Queues a request; raises RequestRejected at once if it could never run. One that fits only
         once the engine widens its KV layout has the engine widen first."""
-        if self._stopping:
-            raise EngineUnavailable("the engine is shutting down")
-        self.widen_for(request.num_prompt_tokens, request.sampling.max_tokens)
+        self.admit(request.num_prompt_tokens, request.sampling.max_tokens)
         self._post("add", request)
 
     def abort(self, request_id: int) -> None:
@@ -395,4 +379,5 @@ class EngineThread:
             )
         s = self.scheduler
         running = sum(view.state in ("prefill", "decode") for view in views)
-        return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget, self.clock.now())
+        return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget, self.clock.now(),
+                              s.caps)

@@ -3,6 +3,9 @@ import pytest
 
 from swarm_panel.app.cli.main import main
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 
 def test_bench_json_contract(capsys):
     code = main(["bench", "--engine", "modeled", "--policy", "all", "--agents", "8",

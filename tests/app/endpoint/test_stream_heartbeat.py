@@ -20,6 +20,9 @@ from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.endpoint.streaming import KEEPALIVE, relayed_with_heartbeat, with_heartbeat
 from tests.app.server.test_server_common import running, settings, wait_until
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 BEAT_S = 0.1
 
 
@@ -86,7 +89,6 @@ def _behind_a_long_reply(server, stream) -> object:
         busy.join()
 
 
-@pytest.mark.slow
 def test_a_queued_chat_stream_carries_comments_the_sdk_skips(one_lane):
     def stream():
         with httpx.stream("POST", f"{one_lane.url}/v1/chat/completions", timeout=120, json={
@@ -105,7 +107,6 @@ def test_a_queued_chat_stream_carries_comments_the_sdk_skips(one_lane):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-@pytest.mark.slow
 def test_a_queued_messages_stream_pings(one_lane):
     def raw():
         with httpx.stream("POST", f"{one_lane.url}/v1/messages", timeout=120, json={
@@ -127,7 +128,6 @@ def test_a_queued_messages_stream_pings(one_lane):
     assert final.stop_reason in ("end_turn", "max_tokens") and final.content[0].text
 
 
-@pytest.mark.slow
 def test_a_queued_responses_stream_repeats_in_progress_in_sequence(one_lane):
     with openai.OpenAI(base_url=f"{one_lane.url}/v1", api_key="x", max_retries=0, timeout=120) as client:
         events = _behind_a_long_reply(one_lane, lambda: list(client.responses.create(

@@ -11,8 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from swarm_panel.app.loadgen.chaos import ChaosConfig, run_chaos
 from tests.app.server.test_server_common import idle, modeled_service, running, wait_until
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
+
 def test_64_hostile_agents_keep_every_promise():
     service = modeled_service(max_batch=64, max_waiting=1024)
     with running(service) as srv:

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from tests.app.server.test_server_common import FAST_CARD, modeled_service, running
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 # A short context keeps every accepted request to a few dozen modeled tokens.
 SHORT_CARD = FAST_CARD.model_copy(update={"max_context": 64})
 

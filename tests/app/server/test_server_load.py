@@ -12,6 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from swarm_panel.runtime.workloads.workload import agent_name
 from tests.app.server.test_server_common import idle, modeled_service, running, wait_until
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 
 def lengths(agent: int, turn: int) -> int:
     return 20 + (agent * 7 + turn * 13) % 64
@@ -49,7 +52,6 @@ async def swarm(url: str, agents: int, turns: int, on_turn=None) -> dict[tuple[i
     return got
 
 
-@pytest.mark.slow
 def test_64_concurrent_agents_all_complete_with_exact_tokens():
     service = modeled_service(max_batch=64, max_waiting=256)
     with running(service) as srv:

@@ -19,6 +19,9 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 NO_EOS = {"ignore_eos": True}
 SHORT = [{"role": "user", "content": "count the lanes"}]
 REPLY_TOKENS = 400

@@ -17,6 +17,9 @@ from swarm_panel.runtime.llama.engine import LlamaEngine, default_threads
 from swarm_panel.runtime.workloads.workload import SwarmWorkload
 from tests.app.server.test_server_common import running, settings
 
+# A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
+pytestmark = pytest.mark.slow
+
 
 def test_a_conversation_grows_by_the_reply_and_a_tool_result():
     chat = AgentConversation(agent=2)
@@ -60,7 +63,6 @@ def test_the_panels_service_leaves_a_core_and_a_headless_one_does_not(tiny_model
         service.stop()
 
 
-@pytest.mark.slow
 def test_in_process_real_agents_stop_on_their_own_at_varied_lengths(real_model_path):
     from swarm_panel.app.service.engine_factory import resolve_model
 
@@ -78,7 +80,6 @@ def test_in_process_real_agents_stop_on_their_own_at_varied_lengths(real_model_p
     assert result.prefix_hits > 0 and result.prefill_tokens < result.prompt_tokens
 
 
-@pytest.mark.slow
 def test_real_agents_over_http_resend_their_conversation_and_reuse_it():
     service = SwarmService(settings(engine="llama", max_batch=4, n_ctx=4096, threads=1))
     with running(service) as server:

@@ -1,0 +1,53 @@
+"""The docs stay true to the code: the architecture page names every room and only rooms, and every
+`swarm-panel` command the README shows parses as written."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from swarm_panel.ui.shell.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _section(path: Path, heading: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+def test_the_architecture_page_lists_every_room():
+    rooms = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "swarm_panel").rglob("__init__.py")}
+    named = set(re.findall(r"^- `(swarm_panel[a-z_.]*)`", _section(ROOT / "docs" / "architecture.md", "Rooms"), re.M))
+    assert sorted(rooms - named) == [], "rooms docs/architecture.md does not name"
+    assert sorted(named - rooms) == [], "rooms docs/architecture.md names that do not exist"
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            for part in re.split(r"\s*&&\s*|\s*;\s*", line):
+                if part.startswith("swarm-panel"):
+                    commands.append(part)
+    return commands
+
+
+def test_the_readme_shows_commands():
+    assert len(_readme_commands()) >= 3
+
+
+@pytest.mark.parametrize("command", _readme_commands())
+def test_every_readme_command_parses_as_written(command):
+    words = shlex.split(command)[1:]
+    try:
+        build_parser().parse_args(words)
+    except SystemExit as exc:
+        assert exc.code == 0, f"`{command}` does not parse"
