@@ -50,7 +50,7 @@ def main() -> None:
         body.pop("stream_options")
     peer = [str(args.llama_server), "-m", str(model), "-np", "8", "-c", str(args.n_ctx), "--no-webui"]
     ours = replies([sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "llama", "--model", str(model),
-                    "--max-batch", "8", "--n-ctx", str(args.n_ctx)], bodies)
+                    "--num-lanes", "8", "--n-ctx", str(args.n_ctx)], bodies)
     for name, command in (("llama-server", peer), ("llama-server -fa off", [*peer, "-fa", "off"])):
         theirs = replies(command, bodies)
         same = sum(a == b for a, b in zip(ours, theirs))

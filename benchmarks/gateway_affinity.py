@@ -118,7 +118,7 @@ def main() -> int:
     parser.add_argument("--system-tokens", type=int, default=300)
     parser.add_argument("--prompt-tokens", type=int, default=24)
     parser.add_argument("--tool-tokens", type=int, default=20)
-    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--num-lanes", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-affinity-"))
@@ -129,7 +129,7 @@ def main() -> int:
             log = tmp / f"backend{i}.log"
             proc = stack.enter_context(_process(
                 ["serve", "--engine", "llama", "--model", str(args.model), "--port", str(port), "--threads",
-                 str(args.threads), "--max-batch", str(args.max_batch), "--n-ctx", "32768"], log))
+                 str(args.threads), "--num-lanes", str(args.num_lanes), "--n-ctx", "32768"], log))
             urls.append((f"http://127.0.0.1:{port}", proc, log))
         for url, proc, log in urls:
             _wait(url, proc, log)
@@ -157,7 +157,7 @@ def main() -> int:
                   f"recomputed {result['prompt'] - result['cached']:,} of {result['prompt']:,} prompt tokens, "
                   f"{result['errors']} errors", flush=True)
     print(f"\n{args.agents} agents, {args.groups} shared system prompts (~{args.system_tokens} English tokens each), "
-          f"{args.turns} turns, 2 backends (max batch {args.max_batch}), {args.rounds} rounds alternating")
+          f"{args.turns} turns, 2 backends (lanes {args.num_lanes}), {args.rounds} rounds alternating")
     print(f"{'routing':12s} {'prompt tok':>11s} {'recomputed':>11s} {'cached':>7s} {'p50 s':>7s} {'p95 s':>7s} "
           f"{'tok/s':>7s}  per round")
     for routing in ("affinity", "round-robin"):

@@ -92,7 +92,7 @@ def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[st
     peer_threads = ["-t", str(args.threads), "-tb", str(args.threads)] if args.threads else []
     commands = {
         "swarm-panel": [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "llama", "--model", str(model),
-                        "--port", str(port), "--max-batch", str(args.lanes), "--n-ctx", str(args.n_ctx),
+                        "--port", str(port), "--num-lanes", str(args.lanes), "--n-ctx", str(args.n_ctx),
                         *ours_threads, "--policy", "continuous", *args.ours_arg],
         "llama-server": [str(args.llama_server), "-m", str(model), "--port", str(port), "-np", str(args.lanes),
                          "-c", str(args.n_ctx), *peer_threads, "--no-webui", *args.peer_arg],

@@ -36,7 +36,7 @@ def main(path: str = "assets/screenshot-service.png") -> None:
     plot = ServicePlot(span_s=90.0)
     plot.resize(1100, 420)
     engine = ModeledEngine()
-    config = SchedulerConfig(policy="continuous", max_batch=8)
+    config = SchedulerConfig(policy="continuous", num_lanes=8)
     scheduler = Scheduler.for_engine(config, engine)
     workload = CriticalPathWorkload(workers=6, rounds=7, worker_lengths=LENGTHS, noisy_lengths=LENGTHS,
                                     plan_tokens=38, merge_tokens=55)
@@ -50,7 +50,7 @@ def main(path: str = "assets/screenshot-service.png") -> None:
         tokens = {t.agent: t.output_tokens for t in scheduler.service.snapshot()}
         demand = Counter(r.agent for r in scheduler.waiting)
         demand.update(lane.request.agent for lane in scheduler.lanes if lane.is_live)
-        plot.observe(stats.time, tokens, demand, config.max_batch)
+        plot.observe(stats.time, tokens, demand, config.num_lanes)
         if state["switches"] and stats.time >= state["switches"][0][0]:
             _, policy = state["switches"].pop(0)
             scheduler.reconfigure(scheduler.config.with_changes(policy=policy), clock.now())

@@ -53,7 +53,7 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--round-seconds", type=float, default=20.0)
     args = parser.parse_args()
-    settings = Settings(engine="modeled", port=0, max_batch=64, max_waiting=4096)
+    settings = Settings(engine="modeled", port=0, num_lanes=64, max_waiting=4096)
     service = SwarmService(settings, engine_factory=lambda s: ModeledEngine(FAST_CARD, realtime=True))
     service.start()
     server = ThreadedHttpServer(service).start()

@@ -38,7 +38,7 @@ WARMUP_S = 3.0
 
 
 def service(lanes: int) -> SwarmService:
-    settings = Settings(engine="modeled", policy="continuous", max_batch=lanes, port=0)
+    settings = Settings(engine="modeled", policy="continuous", num_lanes=lanes, port=0)
     return SwarmService(settings, engine_factory=lambda s: ModeledEngine(RX_9070_XT_QWEN35_9B, realtime=True,
                                                                           max_lanes=max(lanes, 64)))
 
@@ -97,7 +97,7 @@ def synthetic_step(i: int, t: float, lanes: int = 64) -> StepStats:
     pattern = pattern[i % lanes:] + pattern[: i % lanes]
     agents = [f"agent-{k + 1:02d}" for k in range(lanes)]
     return StepStats(index=i, time=t, duration=0.09, policy="naive" if (i // 500) % 2 else "continuous",
-                     max_batch=lanes, width_held=52, live_lanes=48, padding_lanes=12, decode_rows=40, prefill_rows=4,
+                     num_lanes=lanes, width_held=52, live_lanes=48, padding_lanes=12, decode_rows=40, prefill_rows=4,
                      prefill_tokens=256, useful_tokens=40, queue_depth=30, kv_used=20000 + i, kv_capacity=311296,
                      finished=1, lanes=pattern, itl=[(a, 0.09) for a in agents[:40]], e2e=[(agents[i % lanes], 9.0)])
 

@@ -73,12 +73,12 @@ def wait_healthy(url: str, proc: Proc) -> None:
 
 
 @contextmanager
-def backend(model: Path, tmp: Path, name: str, max_batch: int = 4, *extra: str):
+def backend(model: Path, tmp: Path, name: str, num_lanes: int = 4, *extra: str):
     port = free_port()
     # The first load's probes (a child process, then timed decode steps on one thread) can take most of
     # the health deadline on a busy machine; these tests are about the gateway, so the kernel is given.
     proc = Proc(["serve", "--engine", "llama", "--model", str(model), "--port", str(port), "--threads", "1",
-                 "--max-batch", str(max_batch), "--n-ctx", "8192", "--flash-attn", "on", "--extra-buffers", "off",
+                 "--num-lanes", str(num_lanes), "--n-ctx", "8192", "--flash-attn", "on", "--extra-buffers", "off",
                  *extra], tmp, name)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -110,9 +110,9 @@ def gateway(backends: list[str], tmp: Path, *extra: str):
 
 
 @contextmanager
-def fleet(model: Path, tmp: Path, n: int = 2, max_batch: int = 4):
+def fleet(model: Path, tmp: Path, n: int = 2, num_lanes: int = 4):
     """n backends and a gateway in front: yields (gateway url, [(backend url, proc)], gateway proc)."""
     with ExitStack() as stack:
-        backends = [stack.enter_context(backend(model, tmp, f"backend{i}", max_batch)) for i in range(n)]
+        backends = [stack.enter_context(backend(model, tmp, f"backend{i}", num_lanes)) for i in range(n)]
         url, proc = stack.enter_context(gateway([u for u, _ in backends], tmp))
         yield url, backends, proc

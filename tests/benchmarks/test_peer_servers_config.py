@@ -64,7 +64,7 @@ def test_a_swarm_larger_than_its_lanes_gives_every_server_that_many_lanes(tmp_pa
                  checkout=[], peer_fa_off=False, ours_variant=[], agents=16, lanes=8)
     commands = server_commands(args, tmp_path / "m.gguf", 8080)
     ours, peer = commands["swarm-panel"], commands["llama-server"]
-    assert ours[ours.index("--max-batch") + 1] == "8" and peer[peer.index("-np") + 1] == "8"
+    assert ours[ours.index("--num-lanes") + 1] == "8" and peer[peer.index("-np") + 1] == "8"
 
 
 def test_a_variant_needs_a_name_and_flags():

@@ -16,7 +16,7 @@ def test_the_kv_plot_shows_checkpoint_memory_of_the_modeled_hybrid(qtbot):
     metrics = MetricsAggregator()
     engine = ModeledEngine()
     workload = SwarmWorkload(agents=4, lengths=(5, 9), requests_per_agent=3, system_tokens=200, conversation=True)
-    run_closed_loop(engine, SchedulerConfig(max_batch=4), workload, VirtualClock(), on_stats=metrics.observe)
+    run_closed_loop(engine, SchedulerConfig(num_lanes=4), workload, VirtualClock(), on_stats=metrics.observe)
     snap = metrics.snapshot()
     assert snap.checkpoints > 0 and snap.checkpoint_bytes == snap.checkpoints * engine.profile.recurrent_state_bytes
     feed = StepFeed()

@@ -123,11 +123,11 @@ async def scenario(qtbot, tmp_path, backends) -> None:
             assert not switch.buttons["naive"].isEnabled()
             assert switch.buttons["naive"].toolTip() == EMBEDDED_ONLY_TIP
             async with httpx.AsyncClient() as plain:  # on the loop: the gateway answers on this very loop
-                answer = await plain.put(f"{http.url}/v1/scheduler", json={"policy": "fair"})
-            assert answer.json()["policy"] == "fair"
+                answer = await plain.put(f"{http.url}/v1/scheduler", json={"policy": "fewest-in-flight"})
+            assert answer.json()["policy"] == "fewest-in-flight"
             window._ticks = 0
             window.refresh()
-            assert "fair share" in window.policy_caption.text()
+            assert "fewest requests in flight" in window.policy_caption.text()
             assert window.kpis.labels["occupancy"].text().endswith("%")
             assert window.kpis.labels["utilization"].text() == "–"
             assert window.kpis.labels["utilization"].toolTip() == NOT_MEASURED_TIP

@@ -19,7 +19,7 @@ def test_the_panel_shows_the_layout_widening_and_narrowing(qtbot, no_user_config
     from swarm_panel.ui.shell.main_window import MainWindow
 
     service = SwarmService(Settings(engine="llama", model=tiny_model_path, port=0, n_ctx=8192, n_batch=256,
-                                    max_batch=2, threads=2, extra_buffers="off", flash_attn="off"))
+                                    num_lanes=2, threads=2, extra_buffers="off", flash_attn="off"))
     service.start()
     if probed:  # as though the probe had chosen the plain path and timed both kernels' curve
         service.engine.attention_curve = CURVE
@@ -69,7 +69,7 @@ def test_the_panel_marks_the_kernel_following_the_contexts(qtbot, no_user_config
     from swarm_panel.ui.shell.main_window import MainWindow
 
     service = SwarmService(Settings(engine="llama", model=tiny_model_path, port=0, n_ctx=8192, n_batch=256,
-                                    max_batch=2, threads=2, extra_buffers="off", flash_attn="off"))
+                                    num_lanes=2, threads=2, extra_buffers="off", flash_attn="off"))
     service.start()
     short_on = AttentionCurve((100, 1000), on=(0.020, 0.120), off=(0.045, 0.075), prompt_token=(0.003, 0.003))
     service.engine.attention_curve = short_on

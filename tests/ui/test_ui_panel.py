@@ -33,18 +33,18 @@ def test_policy_switch_changes_the_scheduler_and_the_http_view(window, qtbot):
         state = httpx.get(f"{server.url}/v1/scheduler").json()
     assert state["policy"] == "continuous"
 
-    window.controls.max_batch.setValue(12)
-    assert thread.config.max_batch == 12
+    window.controls.num_lanes.setValue(12)
+    assert thread.config.num_lanes == 12
 
 
 def test_a_change_over_http_moves_the_switch_and_the_knobs(window, qtbot):
     assert window.controls.buttons["naive"].isChecked()
     with ThreadedHttpServer(window.service, port=0) as server:
-        response = httpx.put(f"{server.url}/v1/scheduler", json={"policy": "shrinking", "max_batch": 4,
+        response = httpx.put(f"{server.url}/v1/scheduler", json={"policy": "shrinking", "num_lanes": 4,
                                                                   "prefill_chunk": 128})
         assert response.status_code == 200, response.text
     qtbot.waitUntil(lambda: window.controls.buttons["shrinking"].isChecked(), timeout=2000)
-    assert window.controls.max_batch.value() == 4
+    assert window.controls.num_lanes.value() == 4
     assert window.controls.prefill_chunk.value() == 128
     assert not window.controls.buttons["naive"].isChecked()
     # The chunk change is marked on every plot although no step records it.
@@ -52,11 +52,11 @@ def test_a_change_over_http_moves_the_switch_and_the_knobs(window, qtbot):
 
 
 def test_an_invalid_knob_is_a_message_not_a_crash(window):
-    window.controls.max_batch.setMaximum(1000)
-    window.controls.max_batch.setValue(999)
+    window.controls.num_lanes.setMaximum(1000)
+    window.controls.num_lanes.setValue(999)
     assert "Not applied" in window.controls.message.text()
-    assert window.service.engine_thread.config.max_batch == 8
-    assert window.controls.max_batch.value() == 8
+    assert window.service.engine_thread.config.num_lanes == 8
+    assert window.controls.num_lanes.value() == 8
 
 
 def test_plots_and_lane_timeline_receive_data(window, qtbot):
@@ -225,7 +225,7 @@ def test_settings_persist_between_runs(window, tmp_path):
     from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
     window.controls.buttons["continuous"].click()
-    window.controls.max_batch.setValue(16)
+    window.controls.num_lanes.setValue(16)
     window.launcher.agents.setValue(12)
     window.launcher.spread.setValue(15)
     window.ab.seconds.setValue(45)
@@ -237,7 +237,7 @@ def test_settings_persist_between_runs(window, tmp_path):
     assert store.get("swarm")["spread"] == 1.5
     assert store.get("ab_seconds") == 45
     settings = _settings(store, None, None, 0, None)
-    assert (settings.policy, settings.max_batch, settings.engine) == ("continuous", 16, "modeled")
+    assert (settings.policy, settings.num_lanes, settings.engine) == ("continuous", 16, "modeled")
     # Every scheduler knob is remembered, the prefix-cache switch included.
     assert store.get("scheduler")["prefix_cache"] is False and settings.prefix_cache is False
     assert _settings(store, None, None, 0, "naive").policy == "naive"  # a flag wins

@@ -13,10 +13,10 @@ from swarm_panel.app.service.ring import Ring
 from swarm_panel.app.service.step_feed import CODE_DECODE, CODE_PADDING, StepFeed
 
 
-def step(i: int, t: float, policy: str = "naive", max_batch: int = 8, lanes: str = "DDDDxxxx") -> StepStats:
+def step(i: int, t: float, policy: str = "naive", num_lanes: int = 8, lanes: str = "DDDDxxxx") -> StepStats:
     decode = lanes.count("D")
     padding = lanes.count("x")
-    return StepStats(index=i, time=t, duration=0.02, policy=policy, max_batch=max_batch, width_held=decode + padding,
+    return StepStats(index=i, time=t, duration=0.02, policy=policy, num_lanes=num_lanes, width_held=decode + padding,
                      live_lanes=decode, padding_lanes=padding, decode_rows=decode, prefill_rows=0, prefill_tokens=0,
                      useful_tokens=decode, queue_depth=2, kv_used=100 + i, kv_capacity=1000, finished=0, lanes=lanes)
 
@@ -43,7 +43,7 @@ def test_feed_takes_only_new_steps_and_marks_policy_and_width_changes():
     assert len(feed.pull(metrics)) == 10
     assert feed.pull(metrics) == []
     metrics.observe(step(10, t + 0.3, policy="continuous", lanes="DDDDDDDD"))
-    metrics.observe(step(11, t + 0.32, policy="continuous", max_batch=16, lanes="DDDDDDDD"))
+    metrics.observe(step(11, t + 0.32, policy="continuous", num_lanes=16, lanes="DDDDDDDD"))
     assert len(feed.pull(metrics)) == 2
     assert [m.label for m in feed.markers] == ["→ continuous", "B=16"]
     assert feed.markers[0].column == 10

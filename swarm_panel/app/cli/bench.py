@@ -25,8 +25,8 @@ from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkloa
 
 
 # Where bench departs from the settings: the modeled card in virtual time reproduces the article's
-# table in moments, and the lanes follow the swarm's size unless --max-batch is given.
-BENCH_DEFAULTS = {"engine": "modeled", "max_batch": None}
+# table in moments, and the lanes follow the swarm's size unless --num-lanes is given.
+BENCH_DEFAULTS = {"engine": "modeled", "num_lanes": None}
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -69,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", choices=(*POLICY_NAMES, "all"), default="all",
                    help="one policy, or all the batching policies in turn (default all)")
     p.add_argument("--requests-per-agent", type=int, default=8)
-    add_settings_arguments(p, ("max_batch", "prefill_chunk", "prefix_cache"), layered=False, defaults=BENCH_DEFAULTS,
-                           notes={"max_batch": "none given: as many as agents, up to 256"})
+    add_settings_arguments(p, ("num_lanes", "prefill_chunk", "prefix_cache"), layered=False, defaults=BENCH_DEFAULTS,
+                           notes={"num_lanes": "none given: as many as agents, up to 256"})
     p.add_argument("--realtime", action="store_true", help="run the modeled engine in real time, not virtual")
     p.add_argument("--fit", action="store_true",
                    help="first sweep the batch width, fit t(B) = a + b*B, and compare each policy with it")
@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     if args.critical_path:
         return bench_critical_path.run(args, None if args.policy == "all" else (args.policy,))
-    max_batch = args.max_batch or min(args.agents, 256)
+    num_lanes = args.num_lanes or min(args.agents, 256)
     workload = SwarmWorkload(
         agents=args.agents,
         lengths=tuple(args.lengths),
@@ -111,7 +111,7 @@ def run_bench(args: argparse.Namespace) -> int:
     # "all" is the seed's comparison of batching policies; the agent-aware ones differ on --critical-path.
     policies = BATCHING_POLICY_NAMES if args.policy == "all" else (args.policy,)
     results: list[RunResult] = []
-    lanes = max(max_batch, *args.fit_widths) if args.fit else max_batch
+    lanes = max(num_lanes, *args.fit_widths) if args.fit else num_lanes
     if args.real_agents and args.engine != "llama":
         raise ValueError("--real-agents needs --engine llama: the modeled card writes no text and never stops")
     engine = engine_for(args, realtime=args.realtime, max_lanes=lanes)
@@ -125,25 +125,25 @@ def run_bench(args: argparse.Namespace) -> int:
         line = fit.line if fit is not None and not isinstance(engine, ModeledEngine) else None
         priced: dict[str, LinePricing] = {}
         for policy in policies:
-            config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
+            config = SchedulerConfig(policy=policy, num_lanes=num_lanes, prefill_chunk=args.prefill_chunk,
                                      prefix_cache=args.prefix_cache)
-            pricing = LinePricing(line, max_batch) if line is not None else None
+            pricing = LinePricing(line, num_lanes) if line is not None else None
             results.append(run_closed_loop(engine, config, workload, VirtualClock() if virtual else RealClock(),
                                            on_stats=pricing.add if pricing else None))
             if pricing is not None:
                 priced[policy] = pricing
     finally:
         engine.close()
-    predictions = _predictions(fit, workload, max_batch, policies)
+    predictions = _predictions(fit, workload, num_lanes, policies)
     if args.json:
         out = {"results": [r.as_dict() | {"predicted_tok_s": predictions.get(r.policy),
                                            **(priced[r.policy].as_dict() if r.policy in priced else {})} for r in results],
-               "workload": _workload_dict(workload, max_batch), "engine": engine.name}
+               "workload": _workload_dict(workload, num_lanes), "engine": engine.name}
         if fit is not None:
             out["fit"] = fit.as_dict()
         print(json.dumps(out))
     else:
-        _print_table(results, workload, max_batch, engine, fit, predictions, priced)
+        _print_table(results, workload, num_lanes, engine, fit, predictions, priced)
     return 0
 
 
@@ -251,7 +251,7 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
             workload = SwarmWorkload(agents=width, lengths=(steps + 1 + _prefill_steps(width, prompt, chunk),),
                                      requests_per_agent=1,
                                      prompt_tokens=prompt)
-            config = SchedulerConfig(policy="continuous", max_batch=width)
+            config = SchedulerConfig(policy="continuous", num_lanes=width)
 
             def keep(stats, width=width):
                 if stats.prefill_tokens == 0 and stats.decode_rows == width:
@@ -274,15 +274,15 @@ def _prefill_steps(width: int, prompt: int, chunk: int) -> int:
     return -(-width * prompt // chunk) + 1
 
 
-def _predictions(fit: Sweep | None, workload: SwarmWorkload, max_batch: int, policies) -> dict[str, float]:
+def _predictions(fit: Sweep | None, workload: SwarmWorkload, num_lanes: int, policies) -> dict[str, float]:
     # Real agents' lengths are the model's to choose, so no schedule can be predicted ahead.
-    if fit is None or fit.line is None or workload.agents != max_batch or workload.real_agents:
+    if fit is None or fit.line is None or workload.agents != num_lanes or workload.real_agents:
         return {}
     rounds = [[workload.max_tokens(a, t) for a in range(workload.agents)] for t in range(workload.requests_per_agent)]
     return {policy: predicted_tok_s(policy, rounds, fit.line) for policy in policies}
 
 
-def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
+def _workload_dict(workload: SwarmWorkload, num_lanes: int) -> dict:
     return {
         "agents": workload.agents,
         "lengths": workload.effective_lengths,
@@ -291,34 +291,34 @@ def _workload_dict(workload: SwarmWorkload, max_batch: int) -> dict:
         "system_tokens": workload.system_tokens,
         "turns": workload.requests_per_agent if workload.conversation else None,
         "tool_tokens": workload.tool_tokens if workload.conversation else None,
-        "max_batch": max_batch,
+        "num_lanes": num_lanes,
         "real_agents": workload.real_agents,
         "reply_tokens": workload.reply_tokens if workload.real_agents else None,
     }
 
 
-def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predictions: dict[str, float],
+def _print_table(results, workload, num_lanes, engine, fit: Sweep | None, predictions: dict[str, float],
                  priced: dict[str, LinePricing]) -> None:
     print(f"engine: {engine.name}")
     if workload.real_agents:
         print(f"{workload.agents} real agents x {workload.requests_per_agent} turns (coding chats that end on the "
-              f"model's own stop, replies capped at {workload.reply_tokens} tokens), {max_batch} lanes")
+              f"model's own stop, replies capped at {workload.reply_tokens} tokens), {num_lanes} lanes")
     else:
         print(f"{workload.agents} agents x {workload.requests_per_agent} requests, lengths "
-              f"{workload.effective_lengths}, prompt {workload.prompt_tokens} tokens, {max_batch} lanes")
+              f"{workload.effective_lengths}, prompt {workload.prompt_tokens} tokens, {num_lanes} lanes")
     if not workload.real_agents and (workload.conversation or workload.system_tokens):
         print(f"shared system prompt {workload.system_tokens} tokens"
               + (f"; {workload.requests_per_agent} turns, each resending the whole conversation "
                  f"(+ reply + {workload.tool_tokens}-token tool result per turn)" if workload.conversation else ""))
     if isinstance(engine, ModeledEngine):
         p = engine.profile
-        print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={max_batch}: "
-              f"{p.ceiling_tok_s(max_batch):.1f} tok/s")
+        print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={num_lanes}: "
+              f"{p.ceiling_tok_s(num_lanes):.1f} tok/s")
     if fit is not None:
         widths = ", ".join(f"B={b}: {ms:.1f} ms" for b, ms in fit.median_ms.items())
         print(f"measured decode steps at ~{fit.context} tokens of context (median): {widths}")
         if fit.line is not None:
-            print(f"fitted {fit.line}; ceiling B/t(B) at B={max_batch}: {fit.line.ceiling_tok_s(max_batch):.1f} tok/s")
+            print(f"fitted {fit.line}; ceiling B/t(B) at B={num_lanes}: {fit.line.ceiling_tok_s(num_lanes):.1f} tok/s")
     header = f"{'policy':<12}{'tok/s':>9}{'util':>8}{'occup':>8}{'steps':>8}{'seconds':>10}{'tokens':>9}{'padding':>9}"
     print(header + (f"{'fit says':>10}{'ratio':>8}" if predictions else ""))
     for r in results:
@@ -330,7 +330,7 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
     for r in results:
         pricing = priced.get(r.policy)
         if pricing is not None and pricing.tok_s and pricing.bound_tok_s:
-            ceiling = pricing.line.ceiling_tok_s(max_batch)
+            ceiling = pricing.line.ceiling_tok_s(num_lanes)
             print(f"{r.policy}: a prompt token cost {pricing.prompt_token_ms:.2f} ms here (its steps above the "
                   f"line's price of their decode rows); its other steps priced on the line give "
                   f"{pricing.tok_s:.1f} tok/s; measured / that = {r.tok_s / pricing.tok_s:.2f}")
@@ -338,10 +338,10 @@ def _print_table(results, workload, max_batch, engine, fit: Sweep | None, predic
                   f"({pricing.bound_tok_s / ceiling:.2f} of the ceiling: every step full, "
                   f"{pricing.prompt_tokens} prompt tokens); measured / that = {r.tok_s / pricing.bound_tok_s:.2f}")
             full = pricing.full_width_summary()
-            if full and fit is not None and max_batch in fit.median_ms:
-                print(f"{r.policy}: its {full['steps']} steps of {max_batch} decode rows took median "
+            if full and fit is not None and num_lanes in fit.median_ms:
+                print(f"{r.policy}: its {full['steps']} steps of {num_lanes} decode rows took median "
                       f"{full['median']:.1f} ms, mean {full['mean']:.1f} ms (the sweep's at "
-                      f"B={max_batch}: {fit.median_ms[max_batch]:.1f}, {fit.mean_ms[max_batch]:.1f})")
+                      f"B={num_lanes}: {fit.median_ms[num_lanes]:.1f}, {fit.mean_ms[num_lanes]:.1f})")
     print(f"{'policy':<12}{'prefix':>8}{'prompt tok':>12}{'computed':>10}{'reused':>10}{'hit rate':>10}"
           f"{'TTFT p50':>10}{'TTFT p95':>10}{'cached peak':>13}")
     for r in results:
@@ -383,7 +383,7 @@ class _InstantEngine:
 
 def run_overhead(args: argparse.Namespace) -> int:
     engine = _InstantEngine()
-    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=args.lanes), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(num_lanes=args.lanes), engine)
     for _ in range(args.lanes):
         scheduler.add(Request([1] * 32, SamplingParams(max_tokens=args.steps + 1000)), 0.0)
     timings = []

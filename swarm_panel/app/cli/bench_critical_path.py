@@ -49,22 +49,22 @@ def run(args: argparse.Namespace, policies: tuple[str, ...] | None) -> int:
     policies = policies or (BASELINE, *AGENT_POLICY_NAMES)
     if BASELINE not in policies:
         policies = (BASELINE, *policies)
-    max_batch = args.max_batch or 8
-    engine = engine_for(args, realtime=args.realtime, max_lanes=max_batch)
+    num_lanes = args.num_lanes or 8
+    engine = engine_for(args, realtime=args.realtime, max_lanes=num_lanes)
     virtual = isinstance(engine, ModeledEngine) and not args.realtime
     results: list[CriticalPathResult] = []
     try:
         for policy in policies:
-            config = SchedulerConfig(policy=policy, max_batch=max_batch, prefill_chunk=args.prefill_chunk,
+            config = SchedulerConfig(policy=policy, num_lanes=num_lanes, prefill_chunk=args.prefill_chunk,
                                      prefix_cache=args.prefix_cache, agent_priorities=dict(args.agent_priority))
             results.append(run_critical_path(engine, config, workload, VirtualClock() if virtual else RealClock()))
     finally:
         engine.close()
     if args.json:
-        print(json.dumps({"engine": engine.name, "max_batch": max_batch, "workload": _workload_dict(workload),
+        print(json.dumps({"engine": engine.name, "num_lanes": num_lanes, "workload": _workload_dict(workload),
                           "results": [r.as_dict() for r in results]}))
     else:
-        _print_table(engine.name, workload, max_batch, results)
+        _print_table(engine.name, workload, num_lanes, results)
     return 0
 
 
@@ -74,12 +74,12 @@ def _workload_dict(w: CriticalPathWorkload) -> dict:
             "prompt_tokens": w.prompt_tokens}
 
 
-def _print_table(engine_name: str, w: CriticalPathWorkload, max_batch: int, results: list[CriticalPathResult]) -> None:
+def _print_table(engine_name: str, w: CriticalPathWorkload, num_lanes: int, results: list[CriticalPathResult]) -> None:
     base = next(r for r in results if r.policy == BASELINE)
     print(f"engine: {engine_name}")
     print(f"coordinator (plan {w.plan_tokens}, merge {w.merge_tokens} tokens) + {w.workers} workers "
           f"{list(w.worker_lengths)} x {w.rounds} rounds; noisy neighbour keeps {w.noisy_concurrency} requests "
-          f"open; {max_batch} lanes")
+          f"open; {num_lanes} lanes")
     print(f"{'policy':<12}{'makespan':>10}{'vs FCFS':>9}{'tok/s':>9}{'vs FCFS':>9}{'noisy share':>13}"
           f"{'noisy/fair':>12}{'Jain':>7}{'others p95':>12}{'vs FCFS':>9}")
     for r in results:

@@ -1,7 +1,7 @@
 """`swarm-panel serve`: the OpenAI-compatible endpoint, headless, until Ctrl-C or SIGTERM.
 
-Flags override SWARM_PANEL_* variables (SWARM_PANEL_MAX_BATCH for --max-batch), which override the
-config file's keys (max_batch = 8 in config.toml; see swarm_panel.app.settings.schema); a flag left out keeps whatever
+Flags override SWARM_PANEL_* variables (SWARM_PANEL_NUM_LANES for --num-lanes), which override the
+config file's keys (num_lanes = 8 in config.toml; see swarm_panel.app.settings.schema); a flag left out keeps whatever
 those say.
 """
 

@@ -177,7 +177,7 @@ class SwarmCollector(Collector):
         yield counter("padding_rows", "Rows computed for finished sequences (naive static padding)",
                       snap.total_padding_rows)
         yield gauge("utilization", "Useful rows over rows held, over the last few seconds", snap.utilization)
-        yield gauge("occupancy", "Live lanes over max_batch, over the last few seconds", snap.occupancy)
+        yield gauge("occupancy", "Live lanes over num_lanes, over the last few seconds", snap.occupancy)
         yield gauge("generation_tokens_per_second", "Output tokens per second, over the last few seconds",
                     snap.tok_s)
         yield gauge("mean_step_seconds", "Mean step duration, over the last few seconds", snap.mean_step_ms / 1e3)
@@ -187,7 +187,7 @@ class SwarmCollector(Collector):
         if facts.get("other_processes_cpu_cores") is not None:
             yield gauge("other_processes_cpu_cores", "Cores other processes used on this engine's CPUs, "
                         "which its threads leave them", facts["other_processes_cpu_cores"])
-        yield gauge("max_batch", "Most lanes the scheduler may fill", config.max_batch)
+        yield gauge("num_lanes", "Most lanes the scheduler may fill", config.num_lanes)
         yield gauge("prefill_chunk", "Prompt tokens a step may carry beside its decodes", config.prefill_chunk)
         policy = GaugeMetricFamily(PREFIX + "scheduler_policy", "The batching policy in force (1) and the others (0)",
                                    labels=[*names, "policy"])

@@ -107,7 +107,7 @@ class ServerCore:
         n_ctx = self.service.settings.n_ctx
         if described.get("kv_unified") is False and limit == engine.max_context and limit < n_ctx:
             return (f"each lane's context holds {limit} (split KV: n_ctx {n_ctx} over {described.get('max_lanes')} "
-                    "lanes); a bigger --n-ctx, a smaller --max-batch or --kv-unified gives a request more")
+                    "lanes); a bigger --n-ctx, a smaller --num-lanes or --kv-unified gives a request more")
         return f"the context holds {limit}"
 
     def router(self, thread: EngineThread) -> OutputRouter:

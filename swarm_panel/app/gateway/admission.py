@@ -47,7 +47,7 @@ class Lease:
 
 
 class Gateway:
-    def __init__(self, backends: list[BackendConfig], policy: str = "continuous", routing: str = "affinity",
+    def __init__(self, backends: list[BackendConfig], policy: str = "first-come", routing: str = "affinity",
                  max_waiting: int = 256, poll_interval_s: float = 1.0) -> None:
         if not backends:
             raise ValueError("the gateway needs at least one backend (--backend URL)")

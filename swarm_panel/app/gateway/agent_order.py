@@ -29,18 +29,18 @@ class AdmissionPolicy:
 class FirstComeFirstServed(AdmissionPolicy):
     """Oldest request first, whoever sent it: an agent that floods the queue gets most slots."""
 
-    name = "continuous"
-    label = "continuous, first come first served"
+    name = "first-come"
+    label = "first come, first served"
 
     def order(self, queues, inflight):
         return sorted(_waiting(queues), key=lambda a: (queues[a][0].priority, queues[a][0].seq))
 
 
-class FairShare(AdmissionPolicy):
+class FewestInFlight(AdmissionPolicy):
     """The agent with the fewest requests in flight first, so one busy agent cannot starve the rest."""
 
-    name = "fair"
-    label = "continuous, fair share between agents"
+    name = "fewest-in-flight"
+    label = "fewest requests in flight first"
 
     def order(self, queues, inflight):
         return sorted(_waiting(queues),
@@ -51,7 +51,7 @@ def _waiting(queues: Mapping[str, deque[Queued]]) -> Iterable[str]:
     return (agent for agent, queue in queues.items() if queue)
 
 
-ADMISSION_POLICIES: dict[str, type[AdmissionPolicy]] = {p.name: p for p in (FirstComeFirstServed, FairShare)}
+ADMISSION_POLICIES: dict[str, type[AdmissionPolicy]] = {p.name: p for p in (FirstComeFirstServed, FewestInFlight)}
 
 
 def make_admission_policy(name: str) -> AdmissionPolicy:

@@ -279,7 +279,7 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
     async def put_scheduler(request: Request):
         raw = await read_json(request, current().max_body_bytes)
         if not isinstance(raw, dict) or not set(raw) <= {"policy", "routing"} or not raw:
-            raise bad_request('the body must be {"policy": "continuous"|"fair"} and/or '
+            raise bad_request('the body must be {"policy": "first-come"|"fewest-in-flight"} and/or '
                               '{"routing": "affinity"|"round-robin"}')
         try:
             if "policy" in raw:

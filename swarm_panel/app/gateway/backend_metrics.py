@@ -11,7 +11,7 @@ Names read, by kind:
   `llamacpp:tokens_predicted_total`, `llamacpp:prompt_tokens_total`, and on newer builds
   `llamacpp:prompt_tokens_cached_total`. No KV usage: reported as None, never made up. Slots come
   from `/props` `total_slots`.
-- swarm-panel: the same names as vLLM under `swarm_panel:`, plus `swarm_panel:max_batch`.
+- swarm-panel: the same names as vLLM under `swarm_panel:`, plus `swarm_panel:num_lanes`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class MetricsSample:
     kind: str
     running: float
     waiting: float
-    # Concurrency the backend itself reports (swarm-panel's max_batch); llama-server's is in /props.
+    # Concurrency the backend itself reports (swarm-panel's num_lanes); llama-server's is in /props.
     slots: int | None
     # 0..1; None where the backend exports no KV figure.
     kv_usage: float | None
@@ -144,7 +144,7 @@ def _llama_server(v: Values) -> MetricsSample:
 
 
 def _swarm_panel(v: Values) -> MetricsSample:
-    slots = v.get("swarm_panel:max_batch")
+    slots = v.get("swarm_panel:num_lanes")
     return MetricsSample(
         kind="swarm-panel",
         running=v.get("swarm_panel:num_requests_running") or 0.0,

@@ -27,7 +27,7 @@ ERROR_BACKOFF_S = 0.25
 async def server_lanes(client: httpx.AsyncClient) -> int | None:
     try:
         resp = await client.get("/v1/scheduler")
-        return int(resp.json()["max_batch"]) if resp.status_code == 200 else None
+        return int(resp.json()["num_lanes"]) if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
 

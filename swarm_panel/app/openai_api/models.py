@@ -311,7 +311,7 @@ class SchedulerUpdate(BaseModel):
 
     policy: Literal[POLICY_NAMES] | None = None
     # Bounds as Settings declares them, so the API and every front end refuse the same values.
-    max_batch: int | None = _knob("max_batch")
+    num_lanes: int | None = _knob("num_lanes")
     prefill_chunk: int | None = _knob("prefill_chunk")
     kv_budget: int | None = _knob("kv_budget")
     admission_wait_s: float | None = _knob("admission_wait_s")
@@ -322,7 +322,7 @@ class SchedulerUpdate(BaseModel):
 
     def changes(self) -> dict[str, Any]:
         changes = self.model_dump(exclude_unset=True)
-        for key in ("policy", "max_batch", "prefill_chunk", "admission_wait_s", "prefix_cache", "agent_weights",
+        for key in ("policy", "num_lanes", "prefill_chunk", "admission_wait_s", "prefix_cache", "agent_weights",
                     "agent_priorities"):
             if key in changes and changes[key] is None:
                 raise ValueError(f"{key} must not be null")

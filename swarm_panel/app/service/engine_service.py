@@ -99,7 +99,7 @@ class SwarmService:
                 if self.engine_factory is not None:
                     engine = self.engine_factory(s)
                 else:
-                    engine = engine_for(s, realtime=True, max_lanes=s.max_batch, leave_a_core=self.leave_a_core)
+                    engine = engine_for(s, realtime=True, max_lanes=s.num_lanes, leave_a_core=self.leave_a_core)
             except Exception as exc:
                 self.load_error = str(exc)
                 raise

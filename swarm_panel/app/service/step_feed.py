@@ -1,7 +1,7 @@
 """The panel's one pull point: new StepStats since the last tick, into ring buffers; no Qt here.
 
 Every view reads from this feed. Scheduler changes are detected from consecutive steps (policy,
-max batch) and from the polled config (prefill chunk, KV budget), so switches made over HTTP are
+lanes) and from the polled config (prefill chunk, KV budget), so switches made over HTTP are
 marked exactly like switches made in the panel.
 """
 
@@ -26,11 +26,11 @@ for _char, _code in ((LANE_EMPTY, CODE_IDLE), (LANE_DECODE, CODE_DECODE), (LANE_
     _LANE_CODES[ord(_char)] = _code
 
 STEP_COLUMNS = ("time", "duration", "useful", "padding", "held", "useful_rows", "live", "queue",
-                "kv_used", "kv_capacity", "max_batch", "prefill_tokens", "kv_cached", "checkpoint_bytes",
+                "kv_used", "kv_capacity", "num_lanes", "prefill_tokens", "kv_cached", "checkpoint_bytes",
                 "checkpoint_budget", "parked_bytes", "park_budget")
 # utilization and occupancy in percent here (they are fractions in `window`).
 TICK_COLUMNS = ("t", "tok_s", "padding_tok_s", "ceiling", "utilization", "occupancy", "live", "padding",
-                "held", "queue", "kv_pct", "kv_used", "max_batch", "kv_cached_pct", "kv_cached", "checkpoint_pct",
+                "held", "queue", "kv_pct", "kv_used", "num_lanes", "kv_cached_pct", "kv_cached", "checkpoint_pct",
                 "parked_pct")
 
 
@@ -79,7 +79,7 @@ class StepFeed:
         lane_rows = np.zeros((len(new), self.max_lanes), dtype=np.uint8)
         for i, s in enumerate(new):
             rows[i] = (s.time - self.t0, s.duration, s.useful_tokens, s.padding_lanes, s.width_held, s.useful_rows,
-                       s.live_lanes, s.queue_depth, s.kv_used, s.kv_capacity, s.max_batch, s.prefill_tokens,
+                       s.live_lanes, s.queue_depth, s.kv_used, s.kv_capacity, s.num_lanes, s.prefill_tokens,
                        s.kv_cached, s.checkpoint_bytes, s.checkpoint_budget_bytes, s.parked_bytes,
                        s.park_budget_bytes)
             if s.lanes:
@@ -87,8 +87,8 @@ class StepFeed:
                 n = min(len(codes), self.max_lanes)
                 lane_rows[i, :n] = codes[:n]
                 self.lanes_seen = max(self.lanes_seen, n)
-            self.lanes_seen = max(self.lanes_seen, min(s.max_batch, self.max_lanes))
-            key = (s.policy, s.max_batch)
+            self.lanes_seen = max(self.lanes_seen, min(s.num_lanes, self.max_lanes))
+            key = (s.policy, s.num_lanes)
             if self._last_step is not None and key != self._last_step:
                 self.markers.append(Marker(s.time - s.duration - self.t0, self.lanes.count + i,
                                            _change_label(self._last_step, key)))
@@ -136,7 +136,7 @@ class StepFeed:
             "tok_s": tokens / seconds,
             "padding_tok_s": padding / seconds,
             "utilization": col("useful_rows").sum() / held if held else math.nan,
-            "occupancy": float(np.mean(col("live") / np.maximum(col("max_batch"), 1))),
+            "occupancy": float(np.mean(col("live") / np.maximum(col("num_lanes"), 1))),
         }
 
     def tick(self, now: float | None = None, waiting: int | None = None) -> None:
@@ -162,18 +162,18 @@ class StepFeed:
             kv_cached = self.steps.column("kv_cached")[-1]
             ckpt, ckpt_budget = self.steps.column("checkpoint_bytes")[-1], self.steps.column("checkpoint_budget")[-1]
             parked, park_budget = self.steps.column("parked_bytes")[-1], self.steps.column("park_budget")[-1]
-            max_batch = self.steps.column("max_batch")[-1]
+            num_lanes = self.steps.column("num_lanes")[-1]
         else:
-            kv_used, kv_cap, kv_cached, max_batch = 0.0, 0.0, 0.0, math.nan
+            kv_used, kv_cap, kv_cached, num_lanes = 0.0, 0.0, 0.0, math.nan
             ckpt = ckpt_budget = parked = park_budget = 0.0
         if w["steps"] == 0:
             kv_used = 0.0
         if waiting is not None and n == 0:
             queue = float(waiting)
-        ceiling = self.ceiling_per_batch(int(max_batch)) if self.ceiling_per_batch and max_batch == max_batch else None
+        ceiling = self.ceiling_per_batch(int(num_lanes)) if self.ceiling_per_batch and num_lanes == num_lanes else None
         ceiling = math.nan if ceiling is None else ceiling
         self.ticks.append((now, w["tok_s"], w["padding_tok_s"], ceiling, 100 * w["utilization"], 100 * w["occupancy"], live,
-                           padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, max_batch,
+                           padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, num_lanes,
                            100.0 * kv_cached / kv_cap if kv_cap else 0.0, kv_cached,
                            100.0 * ckpt / ckpt_budget if ckpt_budget else 0.0,
                            100.0 * parked / park_budget if park_budget else 0.0))

@@ -49,7 +49,7 @@ class Settings(BaseSettings):
         next(iter(PROFILES)), description="Card and model the modeled engine imitates")
 
     policy: Literal[POLICY_NAMES] = Field("continuous", description="Scheduling policy")
-    max_batch: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
+    num_lanes: int = Field(8, ge=1, le=MAX_LANES, description="Most sequences in one step (lanes)")
     prefill_chunk: int = Field(256, ge=1, le=65536, description="Prompt tokens one step carries beside its decodes "
                                                                 "(on a CPU, fewer for a long prompt deep in)")
     kv_budget: int | None = Field(None, ge=1, description="KV tokens the scheduler may use; none means all")
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
         "new lane needs their stream (more agents than lanes); 0 keeps them in the KV only")
     kv_unified: bool | None = Field(
         None, description="One KV pool every lane may fill, sharing a common prefix's cells; off gives each lane its "
-        "own n_ctx/max_batch share (llama-server's layout), whose attention walks only its own cells; none chooses: "
+        "own n_ctx/num_lanes share (llama-server's layout), whose attention walks only its own cells; none chooses: "
         f"split whenever each lane's share is at least {SPLIT_KV_MIN_LANE_TOKENS} tokens, turning unified (live "
         "requests recompute) the first time one request needs more than a lane's share")
     kv_narrow_after_s: float = Field(
@@ -102,8 +102,9 @@ class Settings(BaseSettings):
     backends: list[BackendConfig] = Field(
         default_factory=list, description="Remote engines the gateway fronts: [KIND=]URL [key=K] [weight=W] [slots=N] "
         "[name=L], e.g. vllm=http://gpu-box:8000 ([[backends]] tables of url, kind, api_key, weight in config.toml)")
-    gateway_policy: Literal["continuous", "fair"] = Field(
-        "continuous", description="Gateway admission: first come first served, or fair share between agents")
+    gateway_policy: Literal["first-come", "fewest-in-flight"] = Field(
+        "first-come", description="Gateway admission: first come first served, or the agent with the fewest "
+        "requests in flight first")
     gateway_routing: Literal["affinity", "round-robin"] = Field(
         "affinity", description="Gateway routing: keep an agent and its system prompt on one backend, or rotate")
 

@@ -14,12 +14,12 @@ MAX_LANES = 256  # llama.cpp's llama_max_parallel_sequences()
 class SchedulerConfig:
     # A name from swarm_panel.runtime.policies.registry; the scheduler checks it (scheduling.limits).
     policy: str = "continuous"
-    max_batch: int = 8
+    num_lanes: int = 8
     # Prompt tokens one step may carry beside its decode rows.
     prefill_chunk: int = 256
     # KV tokens the scheduler may hand out; None means all the engine has.
     kv_budget: int | None = None
-    # A static batch starts with fewer than max_batch requests once the oldest has waited this long.
+    # A static batch starts with fewer than num_lanes requests once the oldest has waited this long.
     admission_wait_s: float = 0.05
     # Finished sequences' KV stays resident and new prompts reuse their longest cached prefix;
     # turning it off drops the cache at the next step boundary.
@@ -40,8 +40,8 @@ class SchedulerConfig:
             if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
                 raise ValueError(f"the priority of agent {agent!r} must be an integer within +-{MAX_PRIORITY}, "
                                  f"got {priority!r}")
-        if not 1 <= self.max_batch <= MAX_LANES:
-            raise ValueError(f"max_batch must be within 1..{MAX_LANES}, got {self.max_batch}")
+        if not 1 <= self.num_lanes <= MAX_LANES:
+            raise ValueError(f"num_lanes must be within 1..{MAX_LANES}, got {self.num_lanes}")
         if self.prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be at least 1, got {self.prefill_chunk}")
         if self.kv_budget is not None and self.kv_budget < 1:

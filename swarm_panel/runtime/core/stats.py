@@ -18,7 +18,7 @@ class StepStats:
     time: float  # clock time at the end of the step
     duration: float
     policy: str
-    max_batch: int
+    num_lanes: int
     width_held: int  # occupied lanes: live plus padding
     live_lanes: int
     padding_lanes: int

@@ -105,12 +105,12 @@ class ContinuousPolicy(Policy):
 
 
 class StaticPolicy(Policy):
-    """A batch forms when max_batch requests wait (or the oldest waited long enough) and runs to its end."""
+    """A batch forms when num_lanes requests wait (or the oldest waited long enough) and runs to its end."""
 
     def admit(self, view: SchedulerView, now: float) -> Admission:
         if view.num_occupied_lanes or not view.num_waiting:
             return NOBODY
-        full = view.num_waiting >= view.config.max_batch
+        full = view.num_waiting >= view.config.num_lanes
         # The same sum next_admission_time() returns, so waking exactly then always admits.
         waited = now >= view.oldest_arrival + view.config.admission_wait_s
         return IN_QUEUE_ORDER if full or waited else NOBODY

@@ -85,7 +85,7 @@ class SchedulerView:
 
     @property
     def has_free_lane(self) -> bool:
-        return any(lane.request is None for lane in self._sched.lanes[: self._sched.config.max_batch])
+        return any(lane.request is None for lane in self._sched.lanes[: self._sched.config.num_lanes])
 
     def attained(self, agent: str) -> float:
         """Weighted tokens the agent's session has received (least-attained-service's rank)."""

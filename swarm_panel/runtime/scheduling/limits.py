@@ -69,8 +69,8 @@ def checked_config(config: SchedulerConfig, caps: EngineCaps) -> SchedulerConfig
     """The config itself checks its own bounds; this adds the policy's name and what depends on the engine."""
     if config.policy not in POLICY_NAMES:
         raise ValueError(f"unknown policy {config.policy!r}; choose one of {', '.join(POLICY_NAMES)}")
-    if config.max_batch > caps.max_lanes:
-        raise ValueError(f"max_batch {config.max_batch} exceeds the engine's {caps.max_lanes} lanes")
+    if config.num_lanes > caps.max_lanes:
+        raise ValueError(f"num_lanes {config.num_lanes} exceeds the engine's {caps.max_lanes} lanes")
     return config
 
 

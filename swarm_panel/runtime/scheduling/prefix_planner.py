@@ -87,7 +87,7 @@ class PrefixPlanner:
             n = self.resumption.checkpoints.longest(as_tokens(request.token_ids), n)
         # At most one finished sequence per lane of width, as llama-server's slots each keep their last
         # prompt: llama.cpp attends over idle cells too (masked), so idle KV beyond that slows every step.
-        for entry in self.cache.insert(request, n, limit=self.config.max_batch):
+        for entry in self.cache.insert(request, n, limit=self.config.num_lanes):
             self._evict(entry)
         if self.cache.get(request) is None:
             self._release.append(request)
@@ -142,7 +142,7 @@ class PrefixPlanner:
             return None
         # Split KV runs a step as one ubatch only over consecutive sequence ids: holding live and
         # cached sequences within the width keeps the ids in use low and gap-free, as llama-server's slots.
-        return min(self.max_sequences, self.config.max_batch) if self.consecutive_ids else self.max_sequences
+        return min(self.max_sequences, self.config.num_lanes) if self.consecutive_ids else self.max_sequences
 
     @staticmethod
     def _started(lanes: Sequence[Lane]) -> int:

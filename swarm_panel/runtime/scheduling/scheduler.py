@@ -77,7 +77,7 @@ class Scheduler:
         self.prefix_cache = PrefixCache(caps.max_cached_sequences, MAX_PARKED if caps.parks_evicted else 0)
         self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache)
         self.kv.limit = config.kv_budget
-        self.lanes = LaneTable(config.max_batch, self.kv)
+        self.lanes = LaneTable(config.num_lanes, self.kv)
         self.prefix = PrefixPlanner(self.prefix_cache, self.kv, caps, config)
         self.stats = StatsBuilder()
 
@@ -156,7 +156,7 @@ class Scheduler:
             log.info("policy %s -> %s at step %d", old.policy, config.policy, self.num_steps)
             self.policy = make_policy(config.policy)
             self._settle_padding()
-        self.lanes.resize(config.max_batch)
+        self.lanes.resize(config.num_lanes)
         self._fail_unfittable(now)
         if not config.prefix_cache:
             self.drop_prefix_cache()
@@ -208,7 +208,7 @@ class Scheduler:
     # -- planning ------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepPlan:
-        self.lanes.resize(self.config.max_batch)
+        self.lanes.resize(self.config.num_lanes)
         if self.prefix_cache and not self.reuse_enabled:
             self.drop_prefix_cache()
         # A lowered budget: cached sequences yield before anything is planned.
@@ -229,7 +229,7 @@ class Scheduler:
             self.waiting.clear()
             self.waiting.extend(admission.order)
         if admission.enter:
-            fill_free_lanes(self.waiting, self.lanes, self.kv, self.prefix, self.config.max_batch)
+            fill_free_lanes(self.waiting, self.lanes, self.kv, self.prefix, self.config.num_lanes)
 
     def _plan_rows(self) -> list[Row]:
         rows = self._one_token_rows()

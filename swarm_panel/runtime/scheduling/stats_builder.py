@@ -85,7 +85,7 @@ class StatsBuilder:
             time=now,
             duration=duration,
             policy=sched.policy.name,
-            max_batch=sched.config.max_batch,
+            num_lanes=sched.config.num_lanes,
             width_held=live + tally.padding_rows,
             live_lanes=live,
             padding_lanes=tally.padding_rows,

@@ -57,7 +57,7 @@ class MetricsSnapshot:
     time: float = 0.0
     steps: int = 0
     policy: str = ""
-    max_batch: int = 0
+    num_lanes: int = 0
     tok_s: float = 0.0
     padding_tok_s: float = 0.0
     utilization: float = 0.0
@@ -269,7 +269,7 @@ def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents:
     padding = sum(s.padding_lanes for s in window)
     snap.time = last.time
     snap.policy = last.policy
-    snap.max_batch = last.max_batch
+    snap.num_lanes = last.num_lanes
     snap.width_held = last.width_held
     snap.live_lanes = last.live_lanes
     snap.padding_lanes = last.padding_lanes
@@ -292,7 +292,7 @@ def _fill_window_figures(snap: MetricsSnapshot, window: list[StepStats], agents:
     snap.mean_step_ms = busy / len(window) * 1e3
     snap.utilization = useful_rows / held if held else 0.0
     snap.padding_share = padding / held if held else 0.0
-    lane_slots = sum(s.max_batch for s in window)
+    lane_slots = sum(s.num_lanes for s in window)
     snap.occupancy = sum(s.live_lanes for s in window) / lane_slots if lane_slots else 0.0
     per_agent = Counter(agent for s in window for agent, _ in _tokens_of(s))
     for agent, figures in agents.items():

@@ -192,7 +192,7 @@ def run_closed_loop(
     loop.step()
     useful = sum(s.useful_tokens for s in steps)
     held = sum(s.width_held for s in steps)
-    lane_slots = sum(s.max_batch for s in steps)
+    lane_slots = sum(s.num_lanes for s in steps)
     ttft = [seconds for s in steps for _, seconds in s.ttft]
     return RunResult(
         policy=config.policy,

@@ -64,7 +64,7 @@ def run_critical_path(
             on_stats(stats)
 
     loop = EngineLoop(scheduler, engine, clock, on_stats=record)
-    swarm = CriticalPathSwarm(workload, lanes=config.max_batch)
+    swarm = CriticalPathSwarm(workload, lanes=config.num_lanes)
     make_prompt = text_prompt(engine, workload.prompt_tokens)
     open_requests: dict[int, Request] = {}
     preemptions = 0

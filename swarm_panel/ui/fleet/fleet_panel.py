@@ -86,7 +86,7 @@ class FleetPanel(QtWidgets.QGroupBox):
 
     def _switches(self, set_policy, set_routing) -> QtWidgets.QHBoxLayout:
         row = QtWidgets.QHBoxLayout()
-        for caption, choices, apply in (("gateway admission", ("continuous", "fair"), set_policy),
+        for caption, choices, apply in (("gateway admission", ("first-come", "fewest-in-flight"), set_policy),
                                         ("routing", ("affinity", "round-robin"), set_routing)):
             if apply is None:
                 continue

@@ -65,12 +65,12 @@ class SchedulerControls(QtWidgets.QGroupBox):
         self.switch = PolicySwitch()
         self.switch.requested.connect(lambda policy: self._request(policy=policy))
         self.buttons = self.switch.buttons
-        self.max_batch = self._spin("max_batch")
+        self.num_lanes = self._spin("num_lanes")
         self.prefill_chunk = self._spin("prefill_chunk", step=64)
         # 0 stands for "none" (all the engine has): a spin box has no empty value.
         self.kv_budget = self._spin("kv_budget", lo=0, hi=10_000_000, step=1024)
         self.kv_budget.setSpecialValueText("all")
-        self.max_batch.valueChanged.connect(lambda v: self._request(max_batch=int(v)))
+        self.num_lanes.valueChanged.connect(lambda v: self._request(num_lanes=int(v)))
         self.prefill_chunk.valueChanged.connect(lambda v: self._request(prefill_chunk=int(v)))
         self.kv_budget.valueChanged.connect(lambda v: self._request(kv_budget=int(v) or None))
         self.message = QtWidgets.QLabel("Changes apply at the next step; PUT /v1/scheduler does the same.")
@@ -78,7 +78,7 @@ class SchedulerControls(QtWidgets.QGroupBox):
         self.message.setStyleSheet(f"color: {theme.TEXT_DIM}")
 
         knobs = QtWidgets.QFormLayout()
-        knobs.addRow("max batch width", self.max_batch)
+        knobs.addRow("lanes", self.num_lanes)
         knobs.addRow("prefill chunk (tokens)", self.prefill_chunk)
         knobs.addRow("KV budget (tokens)", self.kv_budget)
         layout = QtWidgets.QVBoxLayout(self)
@@ -99,7 +99,7 @@ class SchedulerControls(QtWidgets.QGroupBox):
         return spin
 
     def set_limits(self, max_lanes: int, kv_capacity: int) -> None:
-        for spin, hi in ((self.max_batch, max_lanes), (self.kv_budget, kv_capacity)):
+        for spin, hi in ((self.num_lanes, max_lanes), (self.kv_budget, kv_capacity)):
             spin.blockSignals(True)
             spin.setMaximum(max(1, hi))
             spin.blockSignals(False)
@@ -128,7 +128,7 @@ class SchedulerControls(QtWidgets.QGroupBox):
             return
         self._shown = config
         self.switch.show_policy(config.policy)
-        for spin, value in ((self.max_batch, config.max_batch), (self.prefill_chunk, config.prefill_chunk),
+        for spin, value in ((self.num_lanes, config.num_lanes), (self.prefill_chunk, config.prefill_chunk),
                             (self.kv_budget, config.kv_budget or 0)):
             if spin.value() != value and (force or not spin.hasFocus()):
                 spin.blockSignals(True)

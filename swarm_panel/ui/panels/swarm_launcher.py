@@ -230,7 +230,7 @@ class SwarmLauncher(QtWidgets.QGroupBox):
 
     def _lanes(self) -> int:
         try:
-            return self._engine_thread().config.max_batch
+            return self._engine_thread().config.num_lanes
         except RuntimeError:
             return 8
 

@@ -39,7 +39,7 @@ PLOTS = {
         ("parked_pct", "parked % of their budget", theme.TEXT_DIM, True, 1.5, False)]),
     "utilization": ("Utilization", "%", [
         ("utilization", "utilization (useful / width held)", theme.MINT, False, 2.0, False),
-        ("occupancy", "occupancy (live / max batch)", theme.USEFUL, True, 1.5, False)]),
+        ("occupancy", "occupancy (live / lanes)", theme.USEFUL, True, 1.5, False)]),
 }
 
 

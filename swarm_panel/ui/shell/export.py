@@ -30,10 +30,10 @@ def snapshot_dict(snapshot: MetricsSnapshot) -> dict[str, Any]:
     line = snapshot.step_line
     figures["step_line"] = None if line is None else {
         "floor_ms": line.floor_ms, "per_row_ms": line.per_row_ms, "points": line.points,
-        "ceiling_tok_s": line.ceiling_tok_s(snapshot.max_batch) if snapshot.max_batch else None,
+        "ceiling_tok_s": line.ceiling_tok_s(snapshot.num_lanes) if snapshot.num_lanes else None,
     }
-    figures["ceiling_tok_s"] = (ceiling_tok_s(snapshot.max_batch, snapshot.step_ms_by_width, line)
-                                if snapshot.max_batch else None)
+    figures["ceiling_tok_s"] = (ceiling_tok_s(snapshot.num_lanes, snapshot.step_ms_by_width, line)
+                                if snapshot.num_lanes else None)
     figures["agents"] = [dataclasses.asdict(a) for a in snapshot.agents]
     return figures
 

@@ -265,10 +265,10 @@ class MainWindow(QtWidgets.QMainWindow):
         measured = snapshot.step_ms_by_width
         # No fit yet (a naive batch runs at one width): the modeled card's own line.
         self.feed.ceiling_per_batch = partial(ceiling_tok_s, measured=measured, line=line or model_line)
-        max_batch = thread.config.max_batch if thread is not None else snapshot.max_batch
+        num_lanes = thread.config.num_lanes if thread is not None else snapshot.num_lanes
         facts = self.service.describe() if self.service.loaded else None
-        self.status.show_figures(line, max_batch, snapshot.step_rate, snapshot.mean_step_ms, model_line,
-                                 measured.get(max_batch), threads_note(facts) if facts else "")
+        self.status.show_figures(line, num_lanes, snapshot.step_rate, snapshot.mean_step_ms, model_line,
+                                 measured.get(num_lanes), threads_note(facts) if facts else "")
         if facts:
             self._follow_layout(facts)
         self.cache_panel.update_from(snapshot)
@@ -277,7 +277,7 @@ class MainWindow(QtWidgets.QMainWindow):
         lane_states = {lane.agent: lane.state for lane in lanes if lane.agent and lane.state != "idle"}
         priorities = thread.config.agent_priorities if thread is not None else {}
         rows = agent_rows(snapshot.agents, inflight, lane_states, priorities)
-        self.service_plot.update_from(self.feed.axis_time(time.monotonic()), snapshot.agents, inflight, max_batch,
+        self.service_plot.update_from(self.feed.axis_time(time.monotonic()), snapshot.agents, inflight, num_lanes,
                                       self.feed.markers[-20:])
         self.endpoint.set_agents(len(inflight), rows)
         if self.agent_view.agent is None and rows:  # something to watch from the first request on

@@ -18,21 +18,21 @@ class StatusBar(QtWidgets.QStatusBar):
             self.addWidget(label)
         self.addPermanentWidget(self.address)
 
-    def show_figures(self, line: StepLine | None, max_batch: int, step_rate: float, mean_step_ms: float,
+    def show_figures(self, line: StepLine | None, num_lanes: int, step_rate: float, mean_step_ms: float,
                      model_line: StepLine | None = None, measured_ms: float | None = None,
                      threads_note: str = "") -> None:
         """model_line: the engine's own cost model, shown until decode steps at two widths allow a fit;
-        measured_ms: the median decode step at max_batch itself, which the ceiling prefers;
+        measured_ms: the median decode step at num_lanes itself, which the ceiling prefers;
         threads_note: why llama.cpp runs on fewer threads than it was given, if it does."""
         if line is not None:
             self.step_line.setText(f"fitted step line {line} ({line.points} steps)")
         elif model_line is not None:
             self.step_line.setText(f"cost model {model_line} (fit needs decode steps at two widths)")
         if measured_ms:
-            self.ceiling.setText(f"ceiling at B={max_batch}: {max_batch / measured_ms * 1e3:.0f} tok/s "
-                                 f"(t({max_batch}) = {measured_ms:.1f} ms measured)")
+            self.ceiling.setText(f"ceiling at B={num_lanes}: {num_lanes / measured_ms * 1e3:.0f} tok/s "
+                                 f"(t({num_lanes}) = {measured_ms:.1f} ms measured)")
         elif line or model_line:
-            self.ceiling.setText(f"ceiling at B={max_batch}: {(line or model_line).ceiling_tok_s(max_batch):.0f} tok/s")
+            self.ceiling.setText(f"ceiling at B={num_lanes}: {(line or model_line).ceiling_tok_s(num_lanes):.0f} tok/s")
         rate = f"engine: {step_rate:.1f} steps/s, {mean_step_ms:.1f} ms/step"
         self.rate.setText(f"{rate}; {threads_note}" if threads_note else rate)
 

@@ -22,7 +22,7 @@ def test_bench_json_contract(capsys):
 
 
 def test_bench_scales_to_64_agents_and_lanes(capsys):
-    assert main(["bench", "--agents", "64", "--max-batch", "64", "--requests-per-agent", "2", "--json"]) == 0
+    assert main(["bench", "--agents", "64", "--num-lanes", "64", "--requests-per-agent", "2", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert results[2]["tok_s"] > results[0]["tok_s"]
 

@@ -14,7 +14,7 @@ from tests.runtime.serving.test_engine_thread import FAST_CARD
 
 
 def test_one_loop_wake_up_per_step_carries_every_stream():
-    thread = EngineThread(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(max_batch=4))
+    thread = EngineThread(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(num_lanes=4))
     thread.start()
     finished: list[tuple[int, str | None]] = []
 

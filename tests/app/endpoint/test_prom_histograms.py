@@ -16,7 +16,7 @@ def _samples(metrics: ServerMetrics) -> dict[str, float]:
 
 
 def test_histograms_count_exactly_the_samples_the_panel_sees():
-    h = Harness(policy="continuous", max_batch=4)
+    h = Harness(policy="continuous", num_lanes=4)
     for n in (3, 5, 8):
         h.add(n)
     h.run()
@@ -41,7 +41,7 @@ def test_histograms_count_exactly_the_samples_the_panel_sees():
 
 def test_unscraped_steps_are_folded_so_memory_stays_bounded(monkeypatch):
     monkeypatch.setattr(prom, "FOLD_AFTER_STEPS", 4)
-    h = Harness(policy="continuous", max_batch=1)
+    h = Harness(policy="continuous", num_lanes=1)
     h.add(30)
     h.run()
     server = ServerMetrics()

@@ -70,7 +70,7 @@ def test_a_consumer_leaving_mid_wait_closes_the_source():
 
 @pytest.fixture(scope="module")
 def one_lane(real_model_path):
-    service = SwarmService(settings(engine="llama", model=real_model_path, n_ctx=2048, n_batch=256, max_batch=1,
+    service = SwarmService(settings(engine="llama", model=real_model_path, n_ctx=2048, n_batch=256, num_lanes=1,
                                     threads=1, stream_heartbeat_s=BEAT_S))
     with running(service) as srv:
         yield srv

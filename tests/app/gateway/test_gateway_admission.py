@@ -66,7 +66,7 @@ def test_a_backend_reporting_its_own_queue_counts_as_full():
     run(main())
 
 
-@pytest.mark.parametrize("policy, admitted", [("continuous", "hog"), ("fair", "calm")])
+@pytest.mark.parametrize("policy, admitted", [("first-come", "hog"), ("fewest-in-flight", "calm")])
 def test_the_policy_decides_who_gets_a_freed_slot(policy, admitted):
     async def main():
         gw = _gateway(n=1, slots=2, policy=policy)
@@ -79,7 +79,7 @@ def test_the_policy_decides_who_gets_a_freed_slot(policy, admitted):
         await asyncio.sleep(0.01)
         return {agent for agent, task in waiting.items() if task.done()}
 
-    # continuous: the older request (hog's); fair: the agent with fewer open requests
+    # first-come: the older request (hog's); fewest-in-flight: the agent with fewer open requests
     assert run(main()) == {admitted}
 
 
@@ -102,7 +102,7 @@ def test_priority_goes_first_whatever_the_policy():
 
 def _swarm_panel_sample(running: int, waiting: int, slots: int) -> str:
     return (f"swarm_panel:num_requests_running {running}\nswarm_panel:num_requests_waiting {waiting}\n"
-            f"swarm_panel:max_batch {slots}\n")
+            f"swarm_panel:num_lanes {slots}\n")
 
 
 def test_our_request_waiting_for_the_backends_next_step_is_counted_once():

@@ -158,9 +158,9 @@ def test_bad_input_gets_openai_shaped_errors(shared):
     r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": -1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
     r = httpx.put(f"{url}/v1/scheduler", json={"policy": "lottery"})
-    assert r.status_code == 400 and "continuous, fair" in r.json()["error"]["message"]
-    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "fair"}).json()["policy"] == "fair"
-    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "continuous"}).json()["policy"] == "continuous"
+    assert r.status_code == 400 and "first-come, fewest-in-flight" in r.json()["error"]["message"]
+    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "fewest-in-flight"}).json()["policy"] == "fewest-in-flight"
+    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "first-come"}).json()["policy"] == "first-come"
 
 
 def test_killing_a_backend_mid_run_fails_only_its_requests(tiny_model_path, tmp_path):

@@ -28,7 +28,7 @@ LONG = {"prompt": "Count:", "max_tokens": 3000, "ignore_eos": True, "temperature
 @pytest.fixture(scope="module")
 def one_slot(real_model_path, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("one_slot")
-    with backend(real_model_path, tmp, "backend", max_batch=1) as (url, _):
+    with backend(real_model_path, tmp, "backend", num_lanes=1) as (url, _):
         with gateway([f"{url} slots=1"], tmp, "--stream-heartbeat-s", "0.1") as (gateway_url, _):
             yield gateway_url
 

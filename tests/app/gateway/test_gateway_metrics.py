@@ -197,7 +197,7 @@ def test_newer_llama_server_exports_cached_prompt_tokens():
 def test_swarm_panel_metrics_from_the_real_exporter():
     from tests.app.server.test_server_common import modeled_service
 
-    service = modeled_service(max_batch=6)
+    service = modeled_service(num_lanes=6)
     service.start()
     try:
         s = parse_metrics(render(build_registry(service, ServerMetrics())).decode())

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_64_hostile_agents_keep_every_promise():
-    service = modeled_service(max_batch=64, max_waiting=1024)
+    service = modeled_service(num_lanes=64, max_waiting=1024)
     with running(service) as srv:
         report = asyncio.run(run_chaos(ChaosConfig(url=srv.url, agents=64, seconds=12.0, seed=5)))
         assert report.problems == []

@@ -15,7 +15,7 @@ from tests.app.server.test_server_load import metric_samples
 
 
 def test_put_scheduler_switches_to_each_agent_policy_with_its_per_agent_maps():
-    with running(modeled_service(max_batch=4)) as srv:
+    with running(modeled_service(num_lanes=4)) as srv:
         url = f"{srv.url}/v1/scheduler"
         for policy in ("fair", "las", "priority", "continuous"):
             state = httpx.put(url, json={"policy": policy, "agent_weights": {"a": 2.0},
@@ -28,7 +28,7 @@ def test_put_scheduler_switches_to_each_agent_policy_with_its_per_agent_maps():
 
 
 def test_x_agent_priority_header_goes_ahead_of_the_queue_under_the_priority_policy():
-    service = modeled_service(max_batch=1, policy="priority")
+    service = modeled_service(num_lanes=1, policy="priority")
     with running(service) as srv:
         done: list[str] = []
 
@@ -56,7 +56,7 @@ def test_x_agent_priority_header_goes_ahead_of_the_queue_under_the_priority_poli
 
 
 def test_metrics_count_service_per_agent_for_the_top_agents_and_sum_the_rest():
-    service = modeled_service(max_batch=8)
+    service = modeled_service(num_lanes=8)
     agents = TOP_AGENTS + 4
     with running(service) as srv:
         with httpx.Client(timeout=30) as client:
@@ -76,7 +76,7 @@ def test_metrics_count_service_per_agent_for_the_top_agents_and_sum_the_rest():
 def test_the_critical_path_swarm_over_http_reports_rounds_shares_and_latency():
     workload = CriticalPathWorkload(workers=3, rounds=2, worker_lengths=(4, 8, 16), noisy_lengths=(6, 12),
                                     plan_tokens=5, merge_tokens=7, noisy_concurrency=6, prompt_tokens=8)
-    service = modeled_service(max_batch=4, policy="las")
+    service = modeled_service(num_lanes=4, policy="las")
     with running(service) as srv:
         rounds: list[dict] = []
         config = SwarmConfig(url=srv.url, critical_path=workload)

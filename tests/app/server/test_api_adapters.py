@@ -145,7 +145,7 @@ def test_the_modeled_engine_refuses_constraints_and_logprobs_but_serves_n(script
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_path):
-    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, n_batch=128, max_batch=2,
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, n_batch=128, num_lanes=2,
                                     threads=1))
     with running(service) as srv:
         yield srv

@@ -33,7 +33,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 
 @pytest.fixture(scope="module")
 def real(real_model_path):
-    service = SwarmService(settings(engine="llama", model=real_model_path, n_ctx=4096, n_batch=256, max_batch=4,
+    service = SwarmService(settings(engine="llama", model=real_model_path, n_ctx=4096, n_batch=256, num_lanes=4,
                                     threads=1))
     with running(service) as srv:
         srv.service = service

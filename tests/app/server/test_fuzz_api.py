@@ -86,7 +86,7 @@ anthropic_bodies = st.fixed_dictionaries(
               "metadata": json_values, "thinking": json_values},
 )
 scheduler_bodies = st.dictionaries(
-    st.sampled_from(["policy", "max_batch", "prefill_chunk", "kv_budget", "admission_wait_s", "bogus"]),
+    st.sampled_from(["policy", "num_lanes", "prefill_chunk", "kv_budget", "admission_wait_s", "bogus"]),
     json_values | st.sampled_from(["naive", "shrinking", "continuous"]) | st.integers(-3, 300),
     max_size=3,
 )
@@ -95,7 +95,7 @@ fuzz = settings(max_examples=60, deadline=None, suppress_health_check=list(Healt
 
 @pytest.fixture(scope="module")
 def url():
-    service = modeled_service(card=SHORT_CARD, max_batch=8)
+    service = modeled_service(card=SHORT_CARD, num_lanes=8)
     with running(service) as srv:
         yield srv.url
         assert httpx.get(f"{srv.url}/health").status_code == 200

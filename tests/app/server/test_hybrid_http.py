@@ -17,7 +17,7 @@ NO_EOS = {"ignore_eos": True}
 @pytest.fixture(scope="module", params=["unified", "split"])
 def server(tiny_qwen35_model_path, request):
     service = SwarmService(settings(engine="llama", model=tiny_qwen35_model_path, n_ctx=8192, n_batch=256,
-                                    max_batch=4, threads=2, kv_unified=request.param == "unified"))
+                                    num_lanes=4, threads=2, kv_unified=request.param == "unified"))
     with running(service) as srv:
         srv.service = service
         yield srv

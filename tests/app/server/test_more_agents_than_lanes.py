@@ -19,7 +19,7 @@ AGENTS = 4
 
 @pytest.fixture(scope="module")
 def server(arch_model_path):
-    service = SwarmService(settings(engine="llama", model=arch_model_path, n_ctx=4096, n_batch=256, max_batch=2,
+    service = SwarmService(settings(engine="llama", model=arch_model_path, n_ctx=4096, n_batch=256, num_lanes=2,
                                     threads=2, kv_unified=False))
     with running(service) as srv:
         srv.service = service

@@ -91,7 +91,7 @@ sys.addaudithook(_record_opens)
 
 def scheduler_config(url: str) -> dict:
     state = httpx.get(f"{url}/v1/scheduler").json()
-    return {key: state[key] for key in ("policy", "max_batch", "prefill_chunk", "kv_budget", "prefix_cache")}
+    return {key: state[key] for key in ("policy", "num_lanes", "prefill_chunk", "kv_budget", "prefix_cache")}
 
 
 def test_nothing_over_http_opens_a_file_path(tmp_path):

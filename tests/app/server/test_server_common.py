@@ -17,7 +17,7 @@ FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms
 
 
 def settings(**overrides) -> Settings:
-    values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "max_batch": 8} | overrides
+    values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "num_lanes": 8} | overrides
     return Settings(**values)
 
 

@@ -152,8 +152,8 @@ def test_unknown_route_and_method_are_openai_shaped(server):
 def test_scheduler_put_refuses_bad_values_and_unknown_keys(server):
     url = f"{server.url}/v1/scheduler"
     assert_error(httpx.put(url, json={"policy": "fifo"}), 400, param="policy")
-    assert_error(httpx.put(url, json={"max_batch": 0}), 400, param="max_batch")
-    assert_error(httpx.put(url, json={"max_batch": 100_000}), 400, param="max_batch")
+    assert_error(httpx.put(url, json={"num_lanes": 0}), 400, param="num_lanes")
+    assert_error(httpx.put(url, json={"num_lanes": 100_000}), 400, param="num_lanes")
     assert_error(httpx.put(url, json={"prefill_chunk": "big"}), 400, param="prefill_chunk")
     assert_error(httpx.put(url, json={"turbo": True}), 400, param="turbo")
     assert_error(httpx.put(url, json={"policy": None}), 400)
@@ -180,7 +180,7 @@ def test_wrong_or_missing_api_key_is_a_401():
 
 
 def test_a_full_queue_is_a_503_with_retry_after():
-    service = modeled_service(max_batch=1, max_waiting=1)
+    service = modeled_service(num_lanes=1, max_waiting=1)
     with running(service) as srv:
         url = f"{srv.url}/v1/chat/completions"
         long = {"messages": OK_MESSAGES, "max_tokens": 20_000, "stream": True}

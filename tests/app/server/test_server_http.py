@@ -64,21 +64,21 @@ def test_a_public_host_needs_an_api_key():
 def test_serve_flags_override_settings(monkeypatch):
     from swarm_panel.app.cli.main import build_parser
 
-    monkeypatch.setenv("SWARM_PANEL_MAX_BATCH", "3")
+    monkeypatch.setenv("SWARM_PANEL_NUM_LANES", "3")
     monkeypatch.setenv("SWARM_PANEL_POLICY", "naive")
     args = build_parser().parse_args(["serve", "--engine", "modeled", "--port", "0", "--policy", "shrinking",
                                       "--api-key", "k", "--kv-budget", "5000"])
     s = settings_from_args(args)
-    assert (s.engine, s.port, s.policy, s.max_batch, s.kv_budget) == ("modeled", 0, "shrinking", 3, 5000)
+    assert (s.engine, s.port, s.policy, s.num_lanes, s.kv_budget) == ("modeled", 0, "shrinking", 3, 5000)
     assert s.api_key.get_secret_value() == "k"
-    with pytest.raises(ValueError, match="max_batch"):
-        settings_from_args(build_parser().parse_args(["serve", "--max-batch", "0"]))
+    with pytest.raises(ValueError, match="num_lanes"):
+        settings_from_args(build_parser().parse_args(["serve", "--num-lanes", "0"]))
 
 
 @pytest.mark.slow
 def test_serve_command_runs_headless_and_stops_on_sigterm(tmp_path):
     env = dict(os.environ, SWARM_PANEL_CONFIG_FILE=str(tmp_path / "none.toml"), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "modeled", "--port", "0", "--max-batch", "4"]
+    cmd = [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "modeled", "--port", "0", "--num-lanes", "4"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
         url = None

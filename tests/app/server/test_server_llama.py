@@ -16,7 +16,7 @@ NO_EOS = {"ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def llama(tiny_model_path):
-    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=2048, n_batch=256, max_batch=4,
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=2048, n_batch=256, num_lanes=4,
                                     threads=2))
     with running(service) as srv:
         srv.service = service
@@ -100,11 +100,11 @@ def test_a_prompt_past_a_split_lanes_share_says_how_to_give_it_more(tiny_model_p
     from swarm_panel.app.service.engine_service import SwarmService
     from tests.app.server.test_server_common import assert_error, running, settings
 
-    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, max_batch=4, threads=1,
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, num_lanes=4, threads=1,
                                     kv_unified=False, extra_buffers="off", flash_attn="off"))
     with running(service) as srv:
         answer = httpx.post(f"{srv.url}/v1/completions", json={"prompt": [20 + i % 300 for i in range(600)], "max_tokens": 1},
                             timeout=30)
         error = assert_error(answer, 400, code="context_length_exceeded", param="prompt")
         assert "each lane's context holds 256 (split KV: n_ctx 1024 over 4 lanes)" in error["message"]
-        assert "--max-batch" in error["message"] and "--kv-unified" in error["message"]
+        assert "--num-lanes" in error["message"] and "--kv-unified" in error["message"]

@@ -53,7 +53,7 @@ async def swarm(url: str, agents: int, turns: int, on_turn=None) -> dict[tuple[i
 
 
 def test_64_concurrent_agents_all_complete_with_exact_tokens():
-    service = modeled_service(max_batch=64, max_waiting=256)
+    service = modeled_service(num_lanes=64, max_waiting=256)
     with running(service) as srv:
         got = asyncio.run(swarm(srv.url, agents=64, turns=2))
         assert got == {(a, t): lengths(a, t) for a in range(64) for t in range(2)}
@@ -65,9 +65,9 @@ def test_64_concurrent_agents_all_complete_with_exact_tokens():
 
 
 def test_live_scheduler_switch_while_requests_run_loses_nothing():
-    service = modeled_service(max_batch=8)
-    switches = [{"policy": "naive", "max_batch": 4}, {"policy": "shrinking", "prefill_chunk": 64},
-                {"policy": "continuous", "max_batch": 12, "kv_budget": 200_000}]
+    service = modeled_service(num_lanes=8)
+    switches = [{"policy": "naive", "num_lanes": 4}, {"policy": "shrinking", "prefill_chunk": 64},
+                {"policy": "continuous", "num_lanes": 12, "kv_budget": 200_000}]
     seen: list[dict] = []
 
     with running(service) as srv:
@@ -84,7 +84,7 @@ def test_live_scheduler_switch_while_requests_run_loses_nothing():
         assert got == {(a, t): lengths(a, t) for a in range(12) for t in range(4)}
         assert [s["policy"] for s in seen] == ["naive", "shrinking", "continuous"]
         state = httpx.get(url).json()
-        assert (state["policy"], state["max_batch"], state["prefill_chunk"], state["kv_budget"]) == (
+        assert (state["policy"], state["num_lanes"], state["prefill_chunk"], state["kv_budget"]) == (
             "continuous", 12, 64, 200_000)
         assert state["policies"] == ["naive", "shrinking", "continuous"]
         assert {"index", "state", "agent", "request_id", "prompt_tokens", "computed_tokens",
@@ -94,7 +94,7 @@ def test_live_scheduler_switch_while_requests_run_loses_nothing():
 
 
 def test_scheduler_get_shows_every_lane_while_requests_run():
-    service = modeled_service(max_batch=4)
+    service = modeled_service(num_lanes=4)
     with running(service) as srv:
         body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 20_000, "stream": True}
         with httpx.Client(timeout=30) as c, c.stream("POST", f"{srv.url}/v1/chat/completions", json=body,
@@ -120,7 +120,7 @@ def metric_samples(text: str) -> dict[str, list]:
 
 
 def test_metrics_are_prometheus_text_with_vllm_names_and_ours():
-    service = modeled_service(max_batch=4)
+    service = modeled_service(num_lanes=4)
     with running(service) as srv:
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
         for n in (5, 7, 9):
@@ -137,7 +137,7 @@ def test_metrics_are_prometheus_text_with_vllm_names_and_ours():
 
     p = "swarm_panel:"
     for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "batch_width",
-                 "padding_lanes", "utilization", "occupancy", "max_batch"):
+                 "padding_lanes", "utilization", "occupancy", "num_lanes"):
         assert p + name in families, name
     assert value(p + "generation_tokens_total") == 21
     assert value(p + "prompt_tokens_total") > 0

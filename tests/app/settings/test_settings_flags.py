@@ -16,7 +16,7 @@ from swarm_panel.ui.shell.cli import build_parser
 # Every spelling the README, the tests and the benchmarks use.
 SERVE_SPELLINGS = {
     "--host": "127.0.0.1", "--port": "0", "--api-key": "k", "--cors-origin": "http://a", "--engine": "modeled",
-    "--model": "demo", "--profile": "rx9070xt-qwen3.5-9b", "--policy": "shrinking", "--max-batch": "4",
+    "--model": "demo", "--profile": "rx9070xt-qwen3.5-9b", "--policy": "shrinking", "--num-lanes": "4",
     "--prefill-chunk": "64", "--kv-budget": "4096", "--admission-wait": "0.5", "--n-ctx": "1024",
     "--n-batch": "128", "--n-gpu-layers": "-1", "--kv-type": "q8_0", "--flash-attn": "on", "--threads": "2",
     "--checkpoint-budget-mb": "8", "--extra-buffers": "off", "--max-waiting": "9", "--max-body-bytes": "2048",
@@ -59,7 +59,7 @@ def test_serve_takes_every_old_spelling_and_a_left_out_flag_leaves_the_layers_be
 
     argv = ["serve", *[x for flag, value in SERVE_SPELLINGS.items() for x in (flag, value)], *SWITCHES]
     s = settings_from_args(build_parser().parse_args(argv))
-    assert (s.port, s.policy, s.max_batch, s.prefill_chunk, s.kv_budget, s.admission_wait_s) == (
+    assert (s.port, s.policy, s.num_lanes, s.prefill_chunk, s.kv_budget, s.admission_wait_s) == (
         0, "shrinking", 4, 64, 4096, 0.5)
     assert (s.prefix_cache, s.kv_unified, s.insecure_public_without_api_key) == (False, False, True)
     assert (s.n_gpu_layers, s.kv_type, s.flash_attn, s.threads, s.cors_origins) == (-1, "q8_0", "on", 2, ["http://a"])
@@ -70,12 +70,12 @@ def test_flags_override_variables_which_override_the_config_file(monkeypatch, tm
     from swarm_panel.app.cli.serve import settings_from_args
 
     config = tmp_path / "config.toml"
-    config.write_text("prefix_cache = false\nmax_batch = 5\nn_ctx = 2048\npolicy = 'naive'\n")
+    config.write_text("prefix_cache = false\nnum_lanes = 5\nn_ctx = 2048\npolicy = 'naive'\n")
     monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(config))
-    monkeypatch.setenv("SWARM_PANEL_MAX_BATCH", "6")
+    monkeypatch.setenv("SWARM_PANEL_NUM_LANES", "6")
     s = settings_from_args(build_parser().parse_args(["serve", "--prefix-cache", "--policy", "las"]))
-    assert (s.prefix_cache, s.max_batch, s.n_ctx, s.policy) == (True, 6, 2048, "las")
-    assert field_spec("max_batch").env_var == "SWARM_PANEL_MAX_BATCH"
+    assert (s.prefix_cache, s.num_lanes, s.n_ctx, s.policy) == (True, 6, 2048, "las")
+    assert field_spec("num_lanes").env_var == "SWARM_PANEL_NUM_LANES"
 
 
 def test_choices_come_from_the_policy_registry_and_the_field_types():
@@ -91,13 +91,13 @@ def test_bench_takes_the_settings_defaults_but_its_documented_own():
     args = build_parser().parse_args(["bench"])
     assert args.prefill_chunk == Settings.model_fields["prefill_chunk"].default == 256
     assert (args.prefix_cache, args.n_ctx, args.kv_unified, args.threads) == (True, 32768, None, None)
-    assert (args.engine, args.max_batch) == ("modeled", None)  # the article's card; lanes follow the swarm
+    assert (args.engine, args.num_lanes) == ("modeled", None)  # the article's card; lanes follow the swarm
 
 
 def test_bench_checks_the_bounds_itself(capsys):
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["bench", "--max-batch", "0"])
-    assert "--max-batch: '0': must be within 1 to 256" in capsys.readouterr().err
+        build_parser().parse_args(["bench", "--num-lanes", "0"])
+    assert "--num-lanes: '0': must be within 1 to 256" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--n-ctx", "lots"])
     assert "'lots': expected int" in capsys.readouterr().err
@@ -107,9 +107,9 @@ def test_the_gateway_keeps_its_own_spellings_and_reads_backends_from_flags():
     from swarm_panel.app.cli.gateway import settings_from_args
 
     args = build_parser().parse_args(["gateway", "--backend", "vllm=http://a:8000", "--backend", "http://b:1 weight=2",
-                                      "--policy", "fair", "--routing", "round-robin", "--port", "0"])
+                                      "--policy", "fewest-in-flight", "--routing", "round-robin", "--port", "0"])
     s = settings_from_args(args)
-    assert (s.gateway_policy, s.gateway_routing, s.port) == ("fair", "round-robin", 0)
+    assert (s.gateway_policy, s.gateway_routing, s.port) == ("fewest-in-flight", "round-robin", 0)
     assert [(b.kind, b.weight) for b in s.backends] == [("vllm", 1.0), ("auto", 2.0)]
 
 

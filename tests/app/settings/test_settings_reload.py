@@ -11,11 +11,11 @@ def test_reload_keeps_the_prefix_cache_off(monkeypatch, tmp_path):
     service = modeled_service()
     service.start()
     try:
-        service.engine_thread.reconfigure(prefix_cache=False, admission_wait_s=0.5, max_batch=3)
+        service.engine_thread.reconfigure(prefix_cache=False, admission_wait_s=0.5, num_lanes=3)
         service.reload(profile=service.settings.profile)
         config = service.engine_thread.config
         assert config.prefix_cache is False
-        assert (config.admission_wait_s, config.max_batch) == (0.5, 3)
+        assert (config.admission_wait_s, config.num_lanes) == (0.5, 3)
     finally:
         service.stop()
 

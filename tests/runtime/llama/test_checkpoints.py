@@ -54,7 +54,7 @@ def test_the_modeled_hybrid_card_charges_a_state_per_sequence_and_reuses_only_at
     plans = []
     step = engine.step
     engine.step = lambda plan: plans.append(plan) or step(plan)
-    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=4), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(num_lanes=4), engine)
     loop = EngineLoop(scheduler, engine, VirtualClock())
     system = list(range(100, 200)) + [IM_END_ID]
     first = greedy(system + [1] * 10, 5, "a")

@@ -43,7 +43,7 @@ def engine(hybrid):
 
 def make_loop(engine, **config) -> EngineLoop:
     steps: list = []
-    scheduler = Scheduler.for_engine(SchedulerConfig(**{"max_batch": 4, **config}), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 4, **config}), engine)
     loop = EngineLoop(scheduler, engine, RealClock(), on_stats=steps.append)
     loop.steps = steps
     return loop

@@ -118,7 +118,7 @@ def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
 def _four_agents_on_two_streams(split: LlamaEngine, steps: list,
                                 **config) -> tuple[list[Request], list[Request], tuple]:
     """Four agents' first turns, then their second ones, on a split engine with two lanes."""
-    loop = make_loop(split, steps, max_batch=2, **config)
+    loop = make_loop(split, steps, num_lanes=2, **config)
     scheduler = loop.scheduler
     firsts = [Request(split.tokenize(f"agent {i} reads the failing test and the parser it calls"), greedy(6),
                       agent=f"a{i}") for i in range(4)]
@@ -149,7 +149,7 @@ def test_split_kv_more_agents_than_lanes_resume_every_conversation_from_host_ram
         # Every second turn resumed where its first ended, whether its sequence stayed or was parked.
         assert [a.num_cached_tokens for a in agains] == [f.num_tokens - 1 for f in firsts]
         assert [a.output_token_ids for a in agains] == [
-            computed_fresh(split, a.prompt_token_ids, 6, max_batch=2) for a in agains]
+            computed_fresh(split, a.prompt_token_ids, 6, num_lanes=2) for a in agains]
         assert split.describe()["parked_sequences"] == 0 and split.lane_kv_positions() == [-1, -1]
 
 
@@ -160,7 +160,7 @@ def test_a_conversation_restored_from_host_ram_is_admitted_within_the_kv_budget(
         firsts, agains, _ = _four_agents_on_two_streams(split, [], kv_budget=128)
         assert [a.num_cached_tokens for a in agains] == [f.num_tokens - 1 for f in firsts]
         assert [a.output_token_ids for a in agains] == [
-            computed_fresh(split, a.prompt_token_ids, 6, max_batch=2) for a in agains]
+            computed_fresh(split, a.prompt_token_ids, 6, num_lanes=2) for a in agains]
 
 
 def test_split_kv_past_the_park_budget_the_oldest_parked_goes_and_its_turn_recomputes(arch_model_path):
@@ -176,7 +176,7 @@ def test_split_kv_past_the_park_budget_the_oldest_parked_goes_and_its_turn_recom
         # planned to restore it (the engine refuses that restore, and the turn starts over).
         assert agains[0].num_cached_tokens == 0
         assert [a.output_token_ids for a in agains] == [
-            computed_fresh(split, a.prompt_token_ids, 6, max_batch=2) for a in agains]
+            computed_fresh(split, a.prompt_token_ids, 6, num_lanes=2) for a in agains]
 
 
 def test_the_cache_panel_names_the_conversations_parked_beside_the_streams(tiny_model_path, qtbot):
@@ -185,7 +185,7 @@ def test_the_cache_panel_names_the_conversations_parked_beside_the_streams(tiny_
 
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         metrics = MetricsAggregator()
-        loop = make_loop(split, max_batch=2)
+        loop = make_loop(split, num_lanes=2)
         loop.on_stats = metrics.observe
         for i in range(4):
             loop.scheduler.add(Request(split.tokenize(f"agent {i} reads the failing test"), greedy(4), agent=f"a{i}"),
@@ -204,7 +204,7 @@ def test_the_cache_panel_names_the_conversations_parked_beside_the_streams(tiny_
 
 def test_split_kv_a_new_agent_copies_a_system_prompt_without_taking_another_agents_conversation(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
-        loop = make_loop(split, max_batch=2)
+        loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
         system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
 
@@ -231,4 +231,4 @@ def test_split_kv_a_new_agent_copies_a_system_prompt_without_taking_another_agen
         assert [a.num_cached_tokens for a in agains] == [f.num_tokens - 1 for f in firsts]
         finish(loop, split)
         assert [r.output_token_ids for r in newcomers + agains] == [
-            computed_fresh(split, r.prompt_token_ids, 5, max_batch=2) for r in newcomers + agains]
+            computed_fresh(split, r.prompt_token_ids, 5, num_lanes=2) for r in newcomers + agains]

@@ -37,7 +37,7 @@ def drain(loop: EngineLoop, switch_every: int = 0, rng: random.Random | None = N
         if switch_every and step % switch_every == 0:
             loop.scheduler.reconfigure(
                 loop.scheduler.config.with_changes(policy=rng.choice(["naive", "shrinking", "continuous"]),
-                                                   max_batch=rng.randint(1, 8), prefill_chunk=rng.randint(1, 64)),
+                                                   num_lanes=rng.randint(1, 8), prefill_chunk=rng.randint(1, 64)),
                 loop.clock.now())
         if loop.step() is None and loop.scheduler.waiting and not loop.scheduler.num_running:
             loop.clock.wait_until(loop.scheduler.next_admission_time())
@@ -58,7 +58,7 @@ def assert_no_leaks(loop: EngineLoop, engine) -> None:
 def solo_outputs(engine):
     outputs = {}
     for prompt in PROMPTS:
-        loop = make_loop(engine, policy="continuous", max_batch=1)
+        loop = make_loop(engine, policy="continuous", num_lanes=1)
         request = greedy_request(engine, prompt, 16)
         loop.scheduler.add(request, loop.clock.now())
         drain(loop)
@@ -68,7 +68,7 @@ def solo_outputs(engine):
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
 def test_greedy_tokens_in_a_batch_of_8_equal_each_alone(engine, solo_outputs, policy):
-    loop = make_loop(engine, policy=policy, max_batch=8, prefill_chunk=16)
+    loop = make_loop(engine, policy=policy, num_lanes=8, prefill_chunk=16)
     requests = [greedy_request(engine, p, 16) for p in PROMPTS]
     for r in requests:
         loop.scheduler.add(r, loop.clock.now())
@@ -80,7 +80,7 @@ def test_greedy_tokens_in_a_batch_of_8_equal_each_alone(engine, solo_outputs, po
 
 def test_switching_policy_mid_run_with_the_real_engine_loses_nothing(engine):
     rng = random.Random(3)
-    loop = make_loop(engine, policy="naive", max_batch=8)
+    loop = make_loop(engine, policy="naive", num_lanes=8)
     requests = [greedy_request(engine, PROMPTS[i % 8], rng.randint(1, 40)) for i in range(40)]
     for r in requests:
         loop.scheduler.add(r, loop.clock.now())
@@ -91,7 +91,7 @@ def test_switching_policy_mid_run_with_the_real_engine_loses_nothing(engine):
 
 
 def test_a_cancelled_request_frees_its_kv(engine):
-    loop = make_loop(engine, policy="continuous", max_batch=4)
+    loop = make_loop(engine, policy="continuous", num_lanes=4)
     keep, cancel = greedy_request(engine, PROMPTS[0], 30), greedy_request(engine, PROMPTS[1], 1000)
     for r in (keep, cancel):
         loop.scheduler.add(r, loop.clock.now())
@@ -112,7 +112,7 @@ def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
     # Hybrid models resume only at checkpoints; attention models at any prefix.
     assert (caps.checkpoints is None) == (engine.memory_kind == "attention")
     assert caps.copies_prefixes and caps.consecutive_ids != engine.kv_unified and caps.turn_end_tokens
-    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=8), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(num_lanes=8), engine)
     assert scheduler.kv_budget == engine.kv_capacity and scheduler.prefix_cache.max_entries == caps.max_cached_sequences
 
 
@@ -126,7 +126,7 @@ def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):
 @pytest.mark.slow
 def test_no_sequence_or_kv_leaks_after_500_requests(engine):
     rng = random.Random(11)
-    loop = make_loop(engine, policy="continuous", max_batch=8, prefill_chunk=64)
+    loop = make_loop(engine, policy="continuous", num_lanes=8, prefill_chunk=64)
     requests = [greedy_request(engine, PROMPTS[i % 8], rng.randint(1, 6)) for i in range(500)]
     for i, r in enumerate(requests):
         loop.scheduler.add(r, loop.clock.now())
@@ -142,7 +142,7 @@ def test_a_closed_loop_run_leaves_no_cached_sequence_in_the_engine(engine):
     from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
     from swarm_panel.runtime.workloads.workload import SwarmWorkload
 
-    result = run_closed_loop(engine, SchedulerConfig(policy="continuous", max_batch=4),
+    result = run_closed_loop(engine, SchedulerConfig(policy="continuous", num_lanes=4),
                              SwarmWorkload(agents=4, lengths=(3, 5), requests_per_agent=3, prompt_tokens=12),
                              RealClock())
     assert result.requests == 12
@@ -155,7 +155,7 @@ def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(arch_mode
         assert split.max_context == 2048 // 8 and split.kv_capacity == 2048
         assert split.max_cached_sequences == split.max_sequences == 8 and split.caps.consecutive_ids
         assert split.describe()["kv_unified"] is False
-        loop = make_loop(split, policy="continuous", max_batch=8, prefill_chunk=16)
+        loop = make_loop(split, policy="continuous", num_lanes=8, prefill_chunk=16)
         requests = [greedy_request(split, p, 16) for p in PROMPTS]
         for r in requests:
             loop.scheduler.add(r, loop.clock.now())

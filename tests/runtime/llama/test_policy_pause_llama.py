@@ -25,7 +25,7 @@ def engine(tiny_model_path):
 
 def run(engine, kv_budget: int | None) -> tuple[dict[str, list[int]], set[str], dict[str, int]]:
     """Greedy outputs per agent, the agents whose lane sat out a step, and preemptions per agent."""
-    config = SchedulerConfig(policy="las", max_batch=4, kv_budget=kv_budget, prefix_cache=False)
+    config = SchedulerConfig(policy="las", num_lanes=4, kv_budget=kv_budget, prefix_cache=False)
     loop = EngineLoop(Scheduler.for_engine(config, engine), engine, RealClock())
     scheduler = loop.scheduler
 

@@ -40,7 +40,7 @@ def greedy(n: int) -> SamplingParams:
 
 
 def make_loop(engine, steps: list | None = None, **config) -> EngineLoop:
-    scheduler = Scheduler.for_engine(SchedulerConfig(**{"max_batch": 4, **config}), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 4, **config}), engine)
     return EngineLoop(scheduler, engine, RealClock(), on_stats=None if steps is None else steps.append)
 
 
@@ -52,9 +52,9 @@ def finish(loop: EngineLoop, engine) -> None:
     assert loop.scheduler.kv_used == loop.scheduler.kv_cached == 0
 
 
-def computed_fresh(engine, prompt: list[int], max_tokens: int, max_batch: int = 4) -> list[int]:
+def computed_fresh(engine, prompt: list[int], max_tokens: int, num_lanes: int = 4) -> list[int]:
     """The greedy output of `prompt` computed from scratch, reuse off, leaving no KV behind."""
-    loop = make_loop(engine, max_batch=max_batch, prefix_cache=False)
+    loop = make_loop(engine, num_lanes=num_lanes, prefix_cache=False)
     fresh = Request(list(prompt), greedy(max_tokens))
     loop.scheduler.add(fresh, loop.clock.now())
     while loop.scheduler.has_work:
@@ -174,7 +174,7 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
 
 def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_completes(engine):
     # Continuous would give the resent conversation, with less left to compute, the budget first.
-    loop = make_loop(engine, max_batch=2, prefill_chunk=16, policy="priority")
+    loop = make_loop(engine, num_lanes=2, prefill_chunk=16, policy="priority")
     scheduler = loop.scheduler
     system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
     first = Request(system + engine.tokenize("alpha", add_special=False), greedy(5), agent="a")
@@ -222,7 +222,7 @@ def test_a_prefix_op_with_a_missing_source_fails_only_its_destination(engine):
 
 def test_split_kv_next_turn_takes_over_its_own_stream(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
-        loop = make_loop(split, max_batch=2)
+        loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
         system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
         first = Request(system + split.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
@@ -242,14 +242,14 @@ def test_split_kv_next_turn_takes_over_its_own_stream(arch_model_path):
         while scheduler.has_work:
             loop.step()
             check_live_kv(loop, split)
-        assert again.output_token_ids == computed_fresh(split, again.prompt_token_ids, 6, max_batch=2)
+        assert again.output_token_ids == computed_fresh(split, again.prompt_token_ids, 6, num_lanes=2)
         finish(loop, split)
         assert split.lane_kv_positions() == [-1, -1] and split.cached_kv_positions() == [-1, -1]
 
 
 def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
-        loop = make_loop(split, max_batch=2)
+        loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
         done = [Request(split.tokenize(f"agent {i} reads the failing test and the parser"), greedy(4), agent=f"a{i}")
                 for i in range(2)]
@@ -313,7 +313,7 @@ def test_split_kv_keeps_the_ids_in_use_within_the_width(arch_model_path):
             return out
 
         split._fill_batch = recording
-        loop = make_loop(split, max_batch=4)
+        loop = make_loop(split, num_lanes=4)
         requests = []
         for wave in range(4):
             # Prompts that share no prefix: every request needs an id of its own, none adopts.

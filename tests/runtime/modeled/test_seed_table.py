@@ -31,7 +31,7 @@ def test_article_arithmetic_gives_the_article_table():
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
 def test_modeled_engine_lands_within_1_5_percent_of_the_article(policy):
-    result = run_closed_loop(ModeledEngine(CARD), SchedulerConfig(policy=policy, max_batch=WIDTH), WORKLOAD,
+    result = run_closed_loop(ModeledEngine(CARD), SchedulerConfig(policy=policy, num_lanes=WIDTH), WORKLOAD,
                              VirtualClock())
     expected = article_expectation(policy)
     assert result.useful_tokens == WORKLOAD.total_output_tokens

@@ -28,7 +28,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def server():
     # No model named: the llama engine's default is what a new user gets.
-    service = SwarmService(settings(engine="llama", max_batch=8, n_ctx=4096, threads=1))
+    service = SwarmService(settings(engine="llama", num_lanes=8, n_ctx=4096, threads=1))
     with running(service) as srv:
         srv.service = service
         yield srv

@@ -17,7 +17,7 @@ from tests.helpers import Harness
 
 def steps_until_served(policy: str) -> int:
     """A flooding agent queues 20 requests on 2 lanes, then a quiet agent asks once."""
-    h = Harness(policy=policy, max_batch=2)
+    h = Harness(policy=policy, num_lanes=2)
     for _ in range(20):
         h.add(50, agent="flood")
     for _ in range(5):
@@ -37,7 +37,7 @@ def test_an_agent_starved_under_fcfs_is_served_within_one_request_under_fair_sha
 
 
 def test_fair_share_weights_give_an_agent_its_multiple_of_the_service():
-    h = Harness(policy="fair", max_batch=4, agent_weights={"heavy": 2.0})
+    h = Harness(policy="fair", num_lanes=4, agent_weights={"heavy": 2.0})
     for _ in range(60):
         h.add(20, agent="heavy")
         h.add(20, agent="light")
@@ -49,7 +49,7 @@ def test_fair_share_weights_give_an_agent_its_multiple_of_the_service():
 
 def first_token_order(policy: str) -> list[str]:
     """Agents a, b, c have had 200, 40 and 0 tokens; then each queues one request, a first, on one lane."""
-    h = Harness(policy=policy, max_batch=1)
+    h = Harness(policy=policy, num_lanes=1)
     h.add(200, agent="a")
     h.add(40, agent="b")
     h.run()
@@ -67,7 +67,7 @@ def test_least_attained_service_admits_the_least_served_session_first():
 
 
 def test_priority_admits_by_request_priority_then_agent_priority():
-    h = Harness(policy="priority", max_batch=1, agent_priorities={"low": 5, "high": -1})
+    h = Harness(policy="priority", num_lanes=1, agent_priorities={"low": 5, "high": -1})
     h.add(30, agent="z")
     h.step()
     late = [h.add(5, agent=agent) for agent in ("low", "plain", "high")]
@@ -83,7 +83,7 @@ def kv_pressure(policy: str):
 
     At 40 tokens each, 2 tokens are left for 4 lanes: two compute, two sit the step out; then none fit.
     """
-    h = Harness(policy=policy, max_batch=4, kv_capacity=162)
+    h = Harness(policy=policy, num_lanes=4, kv_capacity=162)
     h.add(100, agent="heavy")
     h.run()  # the heavy agent's session has been served; the others have had nothing
     requests = [h.add(150, agent="heavy"), *(h.add(40, agent=agent) for agent in ("b", "c", "d"))]
@@ -115,7 +115,7 @@ def test_under_kv_pressure_las_pauses_lanes_with_their_kv_and_gives_up_the_most_
 
 
 def test_switching_between_all_six_policies_mid_run_loses_nothing():
-    h = Harness(policy="continuous", max_batch=4, agent_priorities={"agent-2": -1},
+    h = Harness(policy="continuous", num_lanes=4, agent_priorities={"agent-2": -1},
                 agent_weights={"agent-1": 3.0})
     expected = {}
     for k in range(24):
@@ -142,7 +142,7 @@ def test_switching_between_all_six_policies_mid_run_loses_nothing():
 @pytest.fixture(scope="module")
 def critical_path_runs():
     workload = CriticalPathWorkload(rounds=2)
-    return {policy: run_critical_path(ModeledEngine(), SchedulerConfig(policy=policy, max_batch=8), workload,
+    return {policy: run_critical_path(ModeledEngine(), SchedulerConfig(policy=policy, num_lanes=8), workload,
                                       VirtualClock())
             for policy in ("continuous", "fair", "las")}
 

@@ -3,7 +3,7 @@ from tests.helpers import Harness
 
 
 def test_naive_static_keeps_finished_lanes_as_padding_until_the_batch_ends():
-    h = Harness(policy="naive", max_batch=4)
+    h = Harness(policy="naive", num_lanes=4)
     requests = [h.add(n) for n in (2, 5, 9, 20)]
     late = h.add(3)
     h.run()
@@ -18,7 +18,7 @@ def test_naive_static_keeps_finished_lanes_as_padding_until_the_batch_ends():
 
 
 def test_shrinking_static_drops_finished_lanes_but_admits_nothing_until_the_batch_ends():
-    h = Harness(policy="shrinking", max_batch=4)
+    h = Harness(policy="shrinking", num_lanes=4)
     requests = [h.add(n) for n in (2, 5, 9, 20)]
     late = h.add(3)
     h.run()
@@ -29,7 +29,7 @@ def test_shrinking_static_drops_finished_lanes_but_admits_nothing_until_the_batc
 
 
 def test_continuous_refills_a_freed_lane_on_the_next_step():
-    h = Harness(policy="continuous", max_batch=4)
+    h = Harness(policy="continuous", num_lanes=4)
     requests = [h.add(n) for n in (2, 5, 9, 20)]
     late = h.add(3)
     h.run()
@@ -43,7 +43,7 @@ def test_continuous_refills_a_freed_lane_on_the_next_step():
 
 
 def test_static_batch_starts_short_after_the_admission_wait():
-    h = Harness(policy="naive", max_batch=8, admission_wait_s=0.5)
+    h = Harness(policy="naive", num_lanes=8, admission_wait_s=0.5)
     request = h.add(3)
     assert h.step() is None  # one request waits for company
     h.clock.wait_until(h.scheduler.next_admission_time())

@@ -31,7 +31,7 @@ def engine(arch_model_path, request):
 
 
 def make_loop(engine, **config) -> EngineLoop:
-    scheduler = Scheduler.for_engine(SchedulerConfig(**{"max_batch": 2, "prefill_chunk": CHUNK, **config}), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 2, "prefill_chunk": CHUNK, **config}), engine)
     return EngineLoop(scheduler, engine, RealClock())
 
 

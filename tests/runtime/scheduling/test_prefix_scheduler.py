@@ -127,7 +127,7 @@ def test_next_turn_adopts_and_a_shared_system_prompt_is_copied_with_exact_hits()
 
 
 def test_agents_arriving_together_share_the_system_prompt_being_computed():
-    scheduler, engine, loop, steps = make(prefill_chunk=32, max_batch=4)
+    scheduler, engine, loop, steps = make(prefill_chunk=32, num_lanes=4)
     requests = [request(SYSTEM + [10 + i] * 8, 3, agent=f"a{i}") for i in range(4)]
     for r in requests:
         scheduler.add(r, 0.0)
@@ -140,8 +140,8 @@ def test_agents_arriving_together_share_the_system_prompt_being_computed():
 def test_multi_turn_swarm_reuse_cuts_prompt_tokens_computed_by_over_80_percent():
     workload = SwarmWorkload(agents=8, lengths=(5, 11, 19, 28, 38, 60, 81, 112), requests_per_agent=6,
                              system_tokens=1000, conversation=True)
-    on = run_closed_loop(ModeledEngine(), SchedulerConfig(max_batch=8), workload, VirtualClock())
-    off = run_closed_loop(ModeledEngine(), SchedulerConfig(max_batch=8, prefix_cache=False), workload, VirtualClock())
+    on = run_closed_loop(ModeledEngine(), SchedulerConfig(num_lanes=8), workload, VirtualClock())
+    off = run_closed_loop(ModeledEngine(), SchedulerConfig(num_lanes=8, prefix_cache=False), workload, VirtualClock())
     assert on.useful_tokens == off.useful_tokens == workload.total_output_tokens
     assert on.prompt_tokens == off.prompt_tokens == off.prefill_tokens
     assert on.prefill_tokens <= 0.2 * off.prefill_tokens
@@ -153,7 +153,7 @@ def test_multi_turn_swarm_reuse_cuts_prompt_tokens_computed_by_over_80_percent()
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
 def test_eviction_under_kv_pressure_never_touches_a_live_sequence(policy):
     rng = random.Random(5)
-    scheduler, engine, loop, steps = make(kv_capacity=900, cached=16, policy=policy, max_batch=4, prefill_chunk=64)
+    scheduler, engine, loop, steps = make(kv_capacity=900, cached=16, policy=policy, num_lanes=4, prefill_chunk=64)
     histories = {agent: SYSTEM + [200 + agent] * 5 for agent in range(6)}
     requests = []
     for turn in range(4):
@@ -226,7 +226,7 @@ def test_an_aborted_request_is_cached_for_its_resend_and_a_failed_one_released()
 
 
 def test_naive_static_caches_finished_lanes_when_the_batch_ends():
-    scheduler, engine, loop, steps = make(policy="naive", max_batch=2)
+    scheduler, engine, loop, steps = make(policy="naive", num_lanes=2)
     short, long = request(SYSTEM + [1] * 10, 2), request(SYSTEM + [2] * 10, 20)
     for r in (short, long):
         scheduler.add(r, 0.0)
@@ -260,7 +260,7 @@ def test_split_kv_reuse_stays_within_its_pool_of_sequences(policy, engine_ids, c
     beside its source's, an adoption takes the source's."""
     rng = random.Random(11)
     engine = Recorder(ModeledEngine())
-    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=4, prefill_chunk=64),
+    scheduler = Scheduler(SchedulerConfig(policy=policy, num_lanes=4, prefill_chunk=64),
                           EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
                                      max_sequences=engine_ids, copies_prefixes=copies, consecutive_ids=True))
@@ -297,7 +297,7 @@ def test_split_kv_copies_no_prefix_when_lanes_yet_to_start_need_every_id_left():
     adopts it. A copy would keep the source's id while the three still need theirs, and the source
     cannot be evicted in the step that copies it."""
     engine = Recorder(ModeledEngine())
-    scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=4, prefill_chunk=256),
+    scheduler = Scheduler(SchedulerConfig(policy="continuous", num_lanes=4, prefill_chunk=256),
                           EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=4,
                                      max_sequences=4, copies_prefixes=True, consecutive_ids=True))
@@ -318,20 +318,20 @@ def test_split_kv_copies_no_prefix_when_lanes_yet_to_start_need_every_id_left():
 
 def test_the_cache_keeps_at_most_one_finished_sequence_per_lane_of_width():
     # Idle cached cells still cost attention in llama.cpp's unified KV: they stay within the width.
-    scheduler, engine, loop, steps = make(cached=64, max_batch=3)
+    scheduler, engine, loop, steps = make(cached=64, num_lanes=3)
     sizes = []
     for i in range(10):
         scheduler.add(request([500 + i] * 12 + [1, 2, 3], 4, agent=f"a{i}"), loop.clock.now())
         drain(loop, lambda: sizes.append(len(scheduler.prefix_cache)))
     assert max(sizes) == 3
-    scheduler.reconfigure(scheduler.config.with_changes(max_batch=2), loop.clock.now())
+    scheduler.reconfigure(scheduler.config.with_changes(num_lanes=2), loop.clock.now())
     scheduler.add(request([900] * 12, 4, agent="late"), loop.clock.now())
     drain(loop)
     assert len(scheduler.prefix_cache) == 2
 
 
 def test_a_resent_conversation_counts_only_its_new_turn_when_prompts_are_ordered():
-    scheduler, engine, loop, steps = make(policy="continuous", max_batch=4, prefill_chunk=64)
+    scheduler, engine, loop, steps = make(policy="continuous", num_lanes=4, prefill_chunk=64)
     first = request([400] * 200, 5, agent="resender")
     scheduler.add(first, loop.clock.now())
     drain(loop)

@@ -19,14 +19,14 @@ def _assert_drained(h: Harness) -> None:
 
 def test_switching_policy_width_and_chunk_mid_run_loses_and_duplicates_nothing():
     rng = random.Random(7)
-    h = Harness(policy="naive", max_batch=8, prefill_chunk=64)
+    h = Harness(policy="naive", num_lanes=8, prefill_chunk=64)
     requests = [h.add(rng.randint(1, 120), prompt=rng.randint(1, 200), agent=f"a{i % 5}") for i in range(60)]
     choices = ["naive", "shrinking", "continuous"]
     for i in range(100_000):
         if not h.scheduler.has_work:
             break
         if i % 17 == 0:
-            h.reconfigure(policy=rng.choice(choices), max_batch=rng.randint(1, 12), prefill_chunk=rng.randint(1, 300))
+            h.reconfigure(policy=rng.choice(choices), num_lanes=rng.randint(1, 12), prefill_chunk=rng.randint(1, 300))
         if h.step() is None and h.scheduler.waiting and not h.scheduler.num_running:
             h.clock.wait_until(h.scheduler.next_admission_time())
     for r in requests:
@@ -39,7 +39,7 @@ def test_switching_policy_width_and_chunk_mid_run_loses_and_duplicates_nothing()
 
 
 def test_chunked_prefill_never_starves_running_decodes():
-    h = Harness(policy="continuous", max_batch=4, prefill_chunk=100)
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=100)
     runners = [h.add(400) for _ in range(3)]
     for _ in range(5):
         h.step()
@@ -61,7 +61,7 @@ def test_a_long_prompt_deep_in_gives_way_to_decodes_where_attention_bounds_its_c
     """On a CPU a chunk's attention grows with its depth: beside decode rows, a long prompt's chunk
     gets at most a full chunk's row-cells near a prompt's start (100 tokens over 200 positions),
     its last chunk goes whole, and alone in a step it gets full chunks."""
-    h = Harness(policy="continuous", max_batch=4, prefill_chunk=100, attention_bound=True)
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=100, attention_bound=True)
     runners = [h.add(400) for _ in range(3)]
     for _ in range(5):
         h.step()
@@ -79,7 +79,7 @@ def test_a_long_prompt_deep_in_gives_way_to_decodes_where_attention_bounds_its_c
     h.run()
     assert all(r.num_output_tokens == 400 for r in runners)
 
-    alone = Harness(policy="continuous", max_batch=4, prefill_chunk=100, attention_bound=True)
+    alone = Harness(policy="continuous", num_lanes=4, prefill_chunk=100, attention_bound=True)
     deep = alone.add(1, prompt=1000)
     steps = 0
     while deep.num_output_tokens == 0:
@@ -89,7 +89,7 @@ def test_a_long_prompt_deep_in_gives_way_to_decodes_where_attention_bounds_its_c
 
 
 def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
-    h = Harness(policy="continuous", max_batch=4, prefill_chunk=100)
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=100)
     long_prompt = h.add(5, prompt=1000)
     h.step()
     short = h.add(5, prompt=30)
@@ -102,7 +102,7 @@ def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
 
 
 def test_newer_prompts_put_first_cannot_starve_the_oldest():
-    h = Harness(policy="continuous", max_batch=8, prefill_chunk=100)
+    h = Harness(policy="continuous", num_lanes=8, prefill_chunk=100)
     long_prompt = h.add(1, prompt=1000)
     computed = []
     while long_prompt.num_output_tokens == 0:
@@ -118,7 +118,7 @@ def test_newer_prompts_put_first_cannot_starve_the_oldest():
 
 
 def test_request_that_can_never_fit_is_rejected_at_once_and_one_that_must_wait_waits():
-    h = Harness(policy="continuous", max_batch=8, kv_capacity=300)
+    h = Harness(policy="continuous", num_lanes=8, kv_capacity=300)
     with pytest.raises(RequestRejected, match="KV budget"):
         h.add(250, prompt=100)
     with pytest.raises(RequestRejected, match="context"):
@@ -134,7 +134,7 @@ def test_request_that_can_never_fit_is_rejected_at_once_and_one_that_must_wait_w
 
 
 def test_kv_pressure_preempts_the_newest_and_it_still_gets_exactly_its_tokens():
-    h = Harness(policy="continuous", max_batch=4, kv_capacity=400)
+    h = Harness(policy="continuous", num_lanes=4, kv_capacity=400)
     requests = [h.add(180, prompt=20) for _ in range(4)]
     h.run()
     assert any(r.num_preemptions for r in requests)
@@ -146,7 +146,7 @@ def test_kv_pressure_preempts_the_newest_and_it_still_gets_exactly_its_tokens():
 
 
 def test_abort_frees_a_waiting_and_a_running_request():
-    h = Harness(policy="continuous", max_batch=1)
+    h = Harness(policy="continuous", num_lanes=1)
     running, waiting = h.add(50), h.add(50)
     h.step()
     h.step()
@@ -160,7 +160,7 @@ def test_abort_frees_a_waiting_and_a_running_request():
 
 
 def test_lowering_the_kv_budget_fails_requests_that_no_longer_fit():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     big, small = h.add(500, prompt=100), h.add(10, prompt=10)
     h.step()
     h.reconfigure(kv_budget=200)
@@ -173,7 +173,7 @@ def test_lowering_the_kv_budget_fails_requests_that_no_longer_fit():
 def test_bad_settings_are_refused_with_a_message():
     with pytest.raises(ValueError, match="unknown policy"):
         checked_config(SchedulerConfig(policy="fifo"), EngineCaps(kv_capacity=64, max_context=64))
-    with pytest.raises(ValueError, match="max_batch"):
-        SchedulerConfig(max_batch=0)
+    with pytest.raises(ValueError, match="num_lanes"):
+        SchedulerConfig(num_lanes=0)
     with pytest.raises(ValueError, match="unknown scheduler setting"):
         SchedulerConfig().with_changes(width=3)

@@ -32,11 +32,11 @@ def test_an_engine_publishes_its_caps_and_the_scheduler_is_sized_by_them():
     assert caps.checkpoints is engine.checkpoints is not None
     assert caps.sequence_state_tokens == engine.sequence_state_tokens > 0
     assert caps.turn_end_tokens == engine.turn_end_tokens
-    scheduler = Scheduler.for_engine(SchedulerConfig(max_batch=16), engine)
+    scheduler = Scheduler.for_engine(SchedulerConfig(num_lanes=16), engine)
     assert scheduler.caps == caps and scheduler.kv_budget == engine.kv_capacity
     assert scheduler.prefix_cache.max_entries == 5 and scheduler.prefix.resumption is not None
     with pytest.raises(ValueError, match="exceeds the engine's 16 lanes"):
-        Scheduler.for_engine(SchedulerConfig(max_batch=17), engine)
+        Scheduler.for_engine(SchedulerConfig(num_lanes=17), engine)
     with pytest.raises(dataclasses.FrozenInstanceError):
         caps.kv_capacity = 1
 
@@ -101,7 +101,7 @@ def test_a_parked_conversation_is_admitted_only_where_its_restored_tokens_fit():
 
 
 def test_update_returns_the_steps_outputs_and_record_and_keeps_nothing_back():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     first, second = h.add(3), h.add(1)
     plan = h.scheduler.schedule(h.clock.now())
     outcome = h.scheduler.update(plan, h.engine.step(plan), h.clock.now())
@@ -119,7 +119,7 @@ def test_update_returns_the_steps_outputs_and_record_and_keeps_nothing_back():
 
 
 def test_a_plan_that_only_releases_folds_back_without_a_record():
-    h = Harness(policy="continuous", max_batch=1, prefix_cache=False)
+    h = Harness(policy="continuous", num_lanes=1, prefix_cache=False)
     request = h.add(1, prompt=12)
     h.step()
     assert request.status is RequestStatus.FINISHED_LENGTH
@@ -129,7 +129,7 @@ def test_a_plan_that_only_releases_folds_back_without_a_record():
 
 
 def test_a_kv_counter_that_drifts_from_its_lanes_fails_the_step():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     h.add(5)
     h.step()
     h.scheduler.kv.used += 1
@@ -138,7 +138,7 @@ def test_a_kv_counter_that_drifts_from_its_lanes_fails_the_step():
 
 
 def test_a_lane_map_entry_no_lane_holds_fails_the_step():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     request = h.add(5)
     h.step()
     h.scheduler.lanes.of[request.request_id + 1000] = h.scheduler.lanes.of[request.request_id]
@@ -148,7 +148,7 @@ def test_a_lane_map_entry_no_lane_holds_fails_the_step():
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_a_policy_decides_from_its_view_and_changes_nothing(policy):
-    h = Harness(policy=policy, max_batch=2, agent_priorities={"late": -1})
+    h = Harness(policy=policy, num_lanes=2, agent_priorities={"late": -1})
     h.add(5, agent="flood")
     h.run()
     requests = [h.add(5, agent="flood") for _ in range(3)] + [h.add(5, agent="late")]
@@ -167,7 +167,7 @@ def test_a_policy_decides_from_its_view_and_changes_nothing(policy):
 
 
 def test_naive_static_pads_finished_lanes_only_while_its_batch_runs():
-    h = Harness(policy="naive", max_batch=2)
+    h = Harness(policy="naive", num_lanes=2)
     short, long = h.add(1), h.add(4)
     h.step()
     assert short.is_finished and h.scheduler.policy.pads(h.scheduler.view)
@@ -178,7 +178,7 @@ def test_naive_static_pads_finished_lanes_only_while_its_batch_runs():
 
 
 def test_the_engine_running_out_of_kv_preempts_the_policys_victim_and_fails_only_a_last_lane():
-    h = Harness(policy="priority", max_batch=2, agent_priorities={"low": 5})
+    h = Harness(policy="priority", num_lanes=2, agent_priorities={"low": 5})
     low = h.add(50, agent="low")
     h.step()
     high = h.add(50, agent="high")
@@ -208,5 +208,5 @@ def test_the_fit_asks_each_policy_for_its_prediction():
 
 def test_caps_defaults_describe_an_engine_without_prefix_reuse():
     caps = EngineCaps(kv_capacity=64, max_context=32)
-    scheduler = Scheduler(SchedulerConfig(max_batch=2), caps)
+    scheduler = Scheduler(SchedulerConfig(num_lanes=2), caps)
     assert not scheduler.reuse_enabled and scheduler.prefix.resumption is None and scheduler.kv_budget == 64

@@ -39,7 +39,7 @@ def test_requests_complete_on_the_engine_thread_with_live_reconfiguration(engine
         outputs.append([])
         engine_thread.submit(_collecting(Request([1] * 8, SamplingParams(max_tokens=30 + i)), done, outputs[-1]))
         if i == 6:
-            engine_thread.reconfigure(policy="naive", max_batch=4)
+            engine_thread.reconfigure(policy="naive", num_lanes=4)
     assert all(e.wait(10) for e in events)
     for i, out in enumerate(outputs):
         assert sum(len(o.token_ids) for o in out) == 30 + i
@@ -90,7 +90,7 @@ def test_engine_exception_fails_in_flight_requests_and_the_thread_recovers():
 
 
 def test_stop_fails_what_is_still_queued():
-    thread = EngineThread(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(max_batch=1))
+    thread = EngineThread(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(num_lanes=1))
     thread.start()
     done, out = threading.Event(), []
     thread.submit(_collecting(Request([1] * 4, SamplingParams(max_tokens=30_000)), done, out))
@@ -129,7 +129,7 @@ class _LockCheckedPending(EngineThread):
 
 def test_pending_adds_change_only_under_the_lock():
     _LockCheckedPending.unlocked_changes = []
-    thread = _LockCheckedPending(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(max_batch=2))
+    thread = _LockCheckedPending(ModeledEngine(FAST_CARD, realtime=True), SchedulerConfig(num_lanes=2))
     thread.start()
     try:
         events = []
@@ -196,7 +196,7 @@ def test_one_snapshot_per_step_and_one_sink_call_with_every_output_of_the_step(e
         done, out = threading.Event(), []
         events.append(done)
         requests.append(_collecting(Request([1] * 4, SamplingParams(max_tokens=20)), done, out))
-    engine_thread.reconfigure(max_batch=4)
+    engine_thread.reconfigure(num_lanes=4)
     for request in requests:
         engine_thread.submit(request)
     assert all(e.wait(5) for e in events)

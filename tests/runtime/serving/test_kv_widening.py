@@ -30,7 +30,7 @@ REPLY_TOKENS = 400
 def _service(model_path, **overrides) -> SwarmService:
     # 8192 over 2 lanes is 4096 a lane: the auto layout is split.
     return SwarmService(settings(**({"engine": "llama", "model": model_path, "n_ctx": 8192, "n_batch": 256,
-                                     "max_batch": 2, "threads": 2, "extra_buffers": "off", "flash_attn": "off"}
+                                     "num_lanes": 2, "threads": 2, "extra_buffers": "off", "flash_attn": "off"}
                                     | overrides)))
 
 
@@ -106,7 +106,7 @@ def test_a_codex_sized_first_prompt_is_served_with_the_default_settings(tiny_mod
     body = json.loads(CODEX_REQUEST.read_text())
     body["input"][0]["content"][0]["text"] = " ".join(["lane"] * 1500)  # 6 tokens a word here
     service = SwarmService(settings(engine="llama", model=tiny_model_path, threads=2, extra_buffers="off",
-                                    flash_attn="off", max_batch=8))
+                                    flash_attn="off", num_lanes=8))
     with running(service) as server:
         assert service.describe()["kv_layout"] == "split KV (4096 tokens a lane)"
         body["max_output_tokens"] = 16

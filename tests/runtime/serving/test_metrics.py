@@ -9,7 +9,7 @@ from tests.helpers import Harness
 
 
 def test_aggregator_figures_follow_the_step_records():
-    h = Harness(policy="naive", max_batch=4)
+    h = Harness(policy="naive", num_lanes=4)
     for n, agent in ((10, "fast"), (40, "slow"), (40, "slow"), (40, "slow")):
         h.add(n, agent=agent)
     h.run()
@@ -32,7 +32,7 @@ def test_aggregator_figures_follow_the_step_records():
 
 
 def test_rolling_window_forgets_old_steps():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     h.add(200)
     h.run()
     agg = MetricsAggregator(window_s=0.5)
@@ -59,7 +59,7 @@ def test_step_line_fit_recovers_the_cost_model():
 
 
 def test_the_ceiling_prefers_the_steps_measured_at_its_width():
-    h = Harness(policy="continuous", max_batch=4)
+    h = Harness(policy="continuous", num_lanes=4)
     for n in (30, 30, 30, 30):
         h.add(n)
     h.run()
@@ -88,7 +88,7 @@ def test_observe_is_not_held_up_while_a_snapshot_sorts(monkeypatch):
 
     import swarm_panel.runtime.serving.metrics as metrics_module
 
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     h.add(20, agent="a")
     h.add(20, agent="b")
     h.run()
@@ -121,7 +121,7 @@ def test_observe_is_not_held_up_while_a_snapshot_sorts(monkeypatch):
 
 
 def test_listeners_hear_every_observed_step():
-    h = Harness(policy="continuous", max_batch=2)
+    h = Harness(policy="continuous", num_lanes=2)
     h.add(5)
     h.run()
     agg = MetricsAggregator()

@@ -54,7 +54,7 @@ def test_the_default_threads_take_every_core_headless_and_leave_one_beside_the_p
 
 @pytest.mark.parametrize("leave_a_core", [False, True])
 def test_the_panels_service_leaves_a_core_and_a_headless_one_does_not(tiny_model_path, leave_a_core):
-    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=512, max_batch=2),
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=512, num_lanes=2),
                            leave_a_core=leave_a_core)
     service.start()
     try:
@@ -70,7 +70,7 @@ def test_in_process_real_agents_stop_on_their_own_at_varied_lengths(real_model_p
     engine = LlamaEngine(path, max_lanes=8, n_ctx=4096, n_threads=1)
     try:
         workload = SwarmWorkload(agents=4, requests_per_agent=2, real_agents=True, reply_tokens=128)
-        result = run_closed_loop(engine, SchedulerConfig(policy="continuous", max_batch=4), workload, RealClock())
+        result = run_closed_loop(engine, SchedulerConfig(policy="continuous", num_lanes=4), workload, RealClock())
     finally:
         engine.close()
     assert result.requests == 8 and result.errors == 0
@@ -81,7 +81,7 @@ def test_in_process_real_agents_stop_on_their_own_at_varied_lengths(real_model_p
 
 
 def test_real_agents_over_http_resend_their_conversation_and_reuse_it():
-    service = SwarmService(settings(engine="llama", max_batch=4, n_ctx=4096, threads=1))
+    service = SwarmService(settings(engine="llama", num_lanes=4, n_ctx=4096, threads=1))
     with running(service) as server:
         config = SwarmConfig(url=server.url, agents=3, real_agents=True, turns=2, reply_tokens=64)
         report = asyncio.run(run_swarm(config))

@@ -104,7 +104,7 @@ def test_the_probe_times_the_curve_and_remembers_it(tmp_path, arch_model_path):
 
 
 def _run(engine: LlamaEngine, prompts: list[list[int]], follower: AttentionFollower | None) -> list[list[int]]:
-    thread = EngineThread(engine, SchedulerConfig(policy="continuous", max_batch=4, prefill_chunk=64))
+    thread = EngineThread(engine, SchedulerConfig(policy="continuous", num_lanes=4, prefill_chunk=64))
     thread.attention = follower
     done = [threading.Event() for _ in prompts]
     tokens: list[list[int]] = [[] for _ in prompts]

@@ -162,7 +162,7 @@ def test_a_cpu_run_leaves_a_busy_core_to_its_neighbour_and_keeps_its_tokens(arch
 
 @linux_only
 def test_the_endpoint_reports_the_threads_it_runs_on_and_why(tiny_model_path):
-    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, n_batch=128, max_batch=2))
+    service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, n_batch=128, num_lanes=2))
     with running(service) as srv:
         most = service.describe()["threads_most"]
         if most < 2:
