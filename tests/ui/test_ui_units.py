@@ -92,3 +92,4 @@ def test_runtime_and_app_never_import_qt():
             "assert not bad, bad\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+

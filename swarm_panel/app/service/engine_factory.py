@@ -14,6 +14,7 @@ from swarm_panel.runtime.models.bundled import bundled_model_path, cpu_copy
 from swarm_panel.runtime.models.demo import ensure_demo_model
 from swarm_panel.runtime.core.config import auto_kv_unified
 from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import PROFILES
 
@@ -44,10 +45,12 @@ def build_engine(kind: str, *, realtime: bool, max_lanes: int, **fields: Any) ->
     return engine_for(SimpleNamespace(**options), realtime=realtime, max_lanes=max_lanes)
 
 
-def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core: bool = False) -> Engine:
+def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core: bool = False,
+               progress: Progress = no_progress) -> Engine:
     """The engine named by anything with the engine fields: parsed flags or Settings (same names).
 
-    `leave_a_core`: with no threads set, a CPU run keeps one core for a desktop panel in the process."""
+    `leave_a_core`: with no threads set, a CPU run keeps one core for a desktop panel in the process.
+    `progress` hears each start-up stage: the model's copy, the CPU probes, the weights' load."""
     o = options
     if o.engine == "modeled":
         return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
@@ -55,13 +58,13 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
 
-    path, note = resolve_model(o.model, o.n_gpu_layers)
+    path, note = resolve_model(o.model, o.n_gpu_layers, progress)
     if not path.is_file():
         raise ModelLoadError(f"cannot load model {path}: no such file")
     unified = auto_kv_unified(o.n_ctx, max_lanes) if o.kv_unified is None else o.kv_unified
     tuning = engine_tuning(path, offloaded=not on_cpu(o.n_gpu_layers), extra_buffers=o.extra_buffers,
                            flash_attn=o.flash_attn, layout=ProbeLayout(o.n_ctx, max_lanes, unified),
-                           kv_type=o.kv_type, n_threads=o.threads)
+                           kv_type=o.kv_type, n_threads=o.threads, progress=progress)
     log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, tuning.extra_buffers_reason,
              tuning.flash_attn_reason)
     return LlamaEngine(
@@ -86,16 +89,19 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
         park_cached=o.park_budget_mb > 0,
         park_budget_bytes=o.park_budget_mb << 20,
+        progress=progress,
     )
 
 
-def resolve_model(model: Path | str | None, n_gpu_layers: int = 0) -> tuple[Path, str | None]:
+def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
+                  progress: Progress = no_progress) -> tuple[Path, str | None]:
     """A GGUF path from a setting, and a note for the panel: none (or "smollm2") means the bundled
     real model, "demo" the random-weight one."""
     if model is None or str(model) == BUNDLED_ALIAS:
         shipped = bundled_model_path()
         if n_gpu_layers != 0:
             return shipped, None
+        progress(f"preparing an F16 copy of {shipped.name} for the CPU (written once)", None)
         try:
             return cpu_copy(shipped), (f"The bundled {shipped.name}, served from an F16 copy: on a CPU, batched "
                                        "Q4_1 decoding drifts from decoding alone; F16 keeps a batch's tokens.")
@@ -103,5 +109,6 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0) -> tuple[Path
             log.warning("%s; serving the Q4_1 file as shipped", exc)
             return shipped, None
     if str(model) == DEMO_ALIAS and not Path(model).exists():
+        progress("writing the random-weight demo model (once)", None)
         return ensure_demo_model(), None
     return Path(model).expanduser(), None

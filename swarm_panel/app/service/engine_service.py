@@ -72,6 +72,9 @@ class SwarmService:
         # The last scheduler config run: its agent maps outlive an unload, as the Settings knobs do.
         self._scheduler: SchedulerConfig | None = None
         self.load_error: str | None = None
+        # The start-up stage under way (what, fraction done or None) while start() runs; None otherwise.
+        # Written by the loading thread, read whole by the panel's timer.
+        self.startup: tuple[str, float | None] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -99,16 +102,26 @@ class SwarmService:
                 if self.engine_factory is not None:
                     engine = self.engine_factory(s)
                 else:
-                    engine = engine_for(s, realtime=True, max_lanes=s.num_lanes, leave_a_core=self.leave_a_core)
+                    engine = engine_for(s, realtime=True, max_lanes=s.num_lanes, leave_a_core=self.leave_a_core,
+                                        progress=self._startup_stage)
             except Exception as exc:
                 self.load_error = str(exc)
+                self.startup = None
                 raise
             self.load_error = None
             self._engine = engine
             self.metrics.reset()
+            self._startup_stage("starting the engine thread", None)
             self._thread = EngineThread(engine, s.scheduler_config(self._scheduler), self.metrics,
                                         narrow_after_s=s.kv_narrow_after_s or None)
             self._thread.start()
+            self.startup = None
+            log.info("start-up: ready (%s)", engine.name)
+
+    def _startup_stage(self, stage: str, fraction: float | None) -> None:
+        if self.startup is None or self.startup[0] != stage:
+            log.info("start-up: %s", stage)
+        self.startup = (stage, fraction)
 
     def stop(self) -> None:
         """Stops the engine; the knobs changed live stay in the settings for the next start."""

@@ -63,6 +63,7 @@ from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceM
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
 from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, token_logprob
 from swarm_panel.runtime.llama.vocab import LlamaVocab
+from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.core.request import Request
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ class LlamaEngine:
         park_cached: bool = True,
         park_budget_bytes: int = DEFAULT_PARK_BUDGET,
         widens: bool = False,
+        progress: Progress = no_progress,
     ) -> None:
         self._model = self._ctx = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -203,7 +205,7 @@ class LlamaEngine:
         # The split layout's kernel and why, kept while widened, for `narrow` to bring back.
         self._split_attention: tuple[str, str] | None = None
         self.copies_prefixes = True
-        self._model = self._load_model(n_gpu_layers)
+        self._model = self._load_model(n_gpu_layers, progress)
         try:
             self.memory_kind = memory_kind(self._model)
             self._open_context(n_seq_max)
@@ -371,7 +373,7 @@ class LlamaEngine:
 
     # ----- loading -----
 
-    def _load_model(self, n_gpu_layers: int) -> llama_cpp.llama_model_p:
+    def _load_model(self, n_gpu_layers: int, progress: Progress) -> llama_cpp.llama_model_p:
         if not self.path.is_file():
             raise ModelLoadError(f"cannot load model {self.path}: no such file")
         ensure_backend()
@@ -379,6 +381,11 @@ class LlamaEngine:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = self.extra_buffers
+        stage = f"loading the weights of {self.path.name}"
+        progress(stage, 0.0)
+        # Kept referenced until the load returns: llama.cpp calls it from inside the load.
+        report = llama_cpp.llama_progress_callback(lambda done, _: progress(stage, float(done)) or True)
+        params.progress_callback = report
         model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not model:
             reason = "; ".join(take_recent_problems()) or "llama.cpp rejected the file"

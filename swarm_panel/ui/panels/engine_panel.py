@@ -228,6 +228,15 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.status.setObjectName("")
         self.status.setStyleSheet(f"color: {theme.TEXT_DIM}")
 
+    def show_stage(self, stage: str, fraction: float | None) -> None:
+        """A start-up stage under way: named, with a bar that fills where its progress is known."""
+        if fraction is None:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, 100)
+            self.progress.setValue(round(100 * fraction))
+        self.status.setText(stage[:1].upper() + stage[1:] + ("…" if fraction is None else f" ({fraction:.0%})"))
+
     def set_error(self, message: str) -> None:
         self.progress.setRange(0, 1)
         self.progress.setValue(0)

@@ -115,6 +115,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._build_menu()
         self.fleet = FleetMode(self.centre, lambda: self.service.settings)
 
+        # The knobs the engine will start with, not the spin boxes' minimums, while it loads.
+        self.controls.show_config(service.settings.scheduler_config(), force=True)
+        self.cache_panel.show_config(service.settings.scheduler_config())
         self.loader = Loader(self)
         self.loader.done.connect(self._load_done)
         self.engine_panel.load_requested.connect(self.load_engine)
@@ -230,6 +233,8 @@ class MainWindow(QtWidgets.QMainWindow):
                 thread = self.service.engine_thread
             except RuntimeError:
                 thread = None
+        if self._loading:
+            self._show_startup()
         if thread is not None:
             config = thread.config
             self.controls.show_config(config)
@@ -394,10 +399,21 @@ class MainWindow(QtWidgets.QMainWindow):
     def _begin_load(self, text: str, work) -> None:
         self._loading = True
         self.engine_panel.set_busy(text)
+        self.status.showMessage(text)
         self.loader.run(work)
+
+    def _show_startup(self) -> None:
+        """The start-up stage the service is in (its copy, probes, the weights' load), with its progress."""
+        startup = self.service.startup
+        if startup is None:
+            return
+        stage, fraction = startup
+        self.engine_panel.show_stage(stage, fraction)
+        self.status.showMessage(f"Starting: {stage}" + ("" if fraction is None else f" ({fraction:.0%})"))
 
     def _load_done(self, error: str | None) -> None:
         self._loading = False
+        self.status.clearMessage()
         if error is not None:
             self.engine_panel.set_error(error)
         else:

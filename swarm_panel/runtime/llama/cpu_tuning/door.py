@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve
 from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
@@ -32,7 +33,7 @@ class EngineTuning:
 
 
 def engine_tuning(model_path: Path, *, offloaded: bool, extra_buffers: str, flash_attn: str, layout: ProbeLayout,
-                  kv_type: str, n_threads: int | None) -> EngineTuning:
+                  kv_type: str, n_threads: int | None, progress: Progress = no_progress) -> EngineTuning:
     """The probes' verdicts on a CPU (each remembered once timed); the settings as given when offloaded."""
     if offloaded:
         # llama.cpp's own default, as llama-server runs: extra buffer types on for any layer left on the CPU.
@@ -40,7 +41,11 @@ def engine_tuning(model_path: Path, *, offloaded: bool, extra_buffers: str, flas
         why = "weights offloaded: no CPU probe"
         return EngineTuning(enabled, f"{'on' if enabled else 'off'} ({why})", flash_attn,
                             f"llama.cpp's choice ({why})" if flash_attn == "auto" else f"{flash_attn} by setting")
+    if extra_buffers == "auto":
+        progress("checking this CPU's extra buffer types (a probe, once per machine and model)", None)
     buffers = decide_extra_buffers(model_path, extra_buffers)
+    if flash_attn == "auto":
+        progress("timing both attention kernels on this CPU (once per machine, model and layout)", None)
     # Timed in the layout the engine opens with; a widened pool takes flash attention where the probe
     # chose (LlamaEngine._widened_kernel), and narrowing brings the split layout's kernel back.
     attention = decide_flash_attn(model_path, flash_attn, layout, cpu_only=True, kv_type=kv_type,
