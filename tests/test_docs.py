@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,25 @@ def test_every_readme_command_parses_as_written(command):
         build_parser().parse_args(words)
     except SystemExit as exc:
         assert exc.code == 0, f"`{command}` does not parse"
+
+
+def test_the_settings_page_is_what_the_fields_generate():
+    from swarm_panel.app.cli.settings_reference import page
+
+    text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert text == page(text), "run: python -m swarm_panel.app.cli.settings_reference"
+
+
+# Commands that run to their end on any machine in moments; the rest (the panel, servers, the real
+# model's bench) are left to the tests of those commands.
+QUICK = ("swarm-panel bench", "swarm-panel bench --json")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [c for c in _readme_commands() if c.split("#")[0].strip() in QUICK])
+def test_the_quick_readme_commands_run_as_written(command):
+    words = shlex.split(command)
+    result = subprocess.run([sys.executable, "-m", "swarm_panel", *words[1:]], capture_output=True, text=True,
+                            timeout=240, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip()

@@ -26,6 +26,11 @@ METAVARS = {"backends": "[KIND=]URL"}
 _PARSERS: dict[type, Callable[[str], Any]] = {BackendConfig: parse_backend, SecretStr: str}
 
 
+def flag_name(name: str) -> str:
+    """The field's flag wherever a command does not spell it its own way."""
+    return SPELLINGS.get(name) or "--" + name.replace("_", "-")
+
+
 def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, names: Iterable[str], *,
                            layered: bool = True, spellings: Mapping[str, str] | None = None,
                            defaults: Mapping[str, Any] | None = None, notes: Mapping[str, str] | None = None) -> None:
@@ -34,7 +39,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentG
     spellings, defaults, notes = spellings or {}, defaults or {}, notes or {}
     for name in names:
         spec = field_spec(name)
-        flag = spellings.get(name) or SPELLINGS.get(name) or "--" + name.replace("_", "-")
+        flag = spellings.get(name) or flag_name(name)
         default = defaults.get(name, argparse.SUPPRESS if layered else spec.default)
         shown = spec.default if layered else default
         options: dict[str, Any] = {"dest": name, "default": default, "help": _help(spec, shown, notes.get(name))}
