@@ -209,7 +209,8 @@ def variant(text: str) -> tuple[str, list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-server", type=Path, required=True)
+    parser.add_argument("--llama-server", type=Path, default=None,
+                        help="llama-server's binary (benchmarks/build_llama_server.sh); not needed with --only swarm-panel")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the demo model)")
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--lanes", type=int, default=None,
@@ -260,6 +261,8 @@ def main() -> int:
     eog = eog_tokens(model)
     results: dict[str, list[dict]] = {}
     names = selected(server_commands(args, model, 0), args.only)
+    if args.llama_server is None and any(name.startswith("llama-server") for name in names):
+        parser.error("--llama-server PATH is needed unless --only leaves llama-server out")
     width = max([17, *map(len, names)])
     for round_index in range(args.rounds):
         port = free_port()
