@@ -1,6 +1,6 @@
 """Anthropic's Messages API bodies: the request, the message with its content blocks, and its stream events.
 
-A whole message and a stream carry the same blocks (swarm_panel.app.anthropic_api.routes builds both with one writer);
+A whole message and a stream carry the same blocks (app.anthropic_api.routes builds both with one writer);
 every event is a model here and goes on the wire as `model_dump()`, as a whole message does.
 """
 

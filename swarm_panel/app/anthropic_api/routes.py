@@ -2,7 +2,7 @@
 
 The request becomes a ChatCompletionRequest (system, text blocks, tool_use as tool calls,
 tool_result as tool messages) and runs the chat path; the reply becomes thinking, text and
-tool_use blocks. Errors here are Anthropic-shaped (swarm_panel.app.endpoint.errors picks the shape by path).
+tool_use blocks. Errors here are Anthropic-shaped (app.endpoint.errors picks the shape by path).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tool calls in a model's reply, turned into OpenAI `tool_calls`, streamed or whole.
 
-The format is picked from the model's chat template (swarm_panel.app.chat.tool_call_formats holds the syntaxes):
+The format is picked from the model's chat template (app.chat.tool_call_formats holds the syntaxes):
 - Hermes / Qwen2.5: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call.
 - Qwen3-Coder / Qwen3.5: `<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>`.
 - Llama 3.x: `{"name": ..., "parameters": {...}}`, bare or after `<|python_tag|>`, several split by `;`.

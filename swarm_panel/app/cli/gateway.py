@@ -27,7 +27,7 @@ GATEWAY_FIELDS = ("backends", "host", "port", "api_key", "gateway_policy", "gate
 GATEWAY_SPELLINGS = {"gateway_policy": "--policy", "gateway_routing": "--routing"}
 GATEWAY_NOTES = {"backends": "kind: vllm, llama-server, swarm-panel, or told by its /metrics"}
 # Opens the fleet window: (settings, screenshot, quit_after) -> exit status. The desktop front end
-# lends it (swarm_panel.ui.shell.cli); app never imports ui.
+# lends it (ui.shell.cli); app never imports ui.
 FleetWindow = Callable[[Settings, Path | None, float | None], int]
 
 

@@ -1,6 +1,6 @@
 """The `swarm-panel` command's headless part: every subcommand that needs no desktop.
 
-A front end (swarm_panel.ui.shell.cli, the console script's entry) passes a FrontEnd to add its own subcommands, open
+A front end (ui.shell.cli, the console script's entry) passes a FrontEnd to add its own subcommands, open
 the panel when no subcommand is given and lend the gateway its fleet window; app never imports ui.
 """
 

@@ -1,7 +1,7 @@
 """`swarm-panel serve`: the OpenAI-compatible endpoint, headless, until Ctrl-C or SIGTERM.
 
 Flags override SWARM_PANEL_* variables (SWARM_PANEL_NUM_LANES for --num-lanes), which override the
-config file's keys (num_lanes = 8 in config.toml; see swarm_panel.app.settings.schema); a flag left out keeps whatever
+config file's keys (num_lanes = 8 in config.toml; see app.settings.schema); a flag left out keeps whatever
 those say.
 """
 

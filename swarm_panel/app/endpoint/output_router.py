@@ -17,7 +17,7 @@ from swarm_panel.runtime.core.request import Request, RequestOutput
 
 
 class OutputReader(Protocol):
-    """A request's reader on the loop (swarm_panel.app.endpoint.streaming.RequestHandle)."""
+    """A request's reader on the loop (app.endpoint.streaming.RequestHandle)."""
 
     request_id: int
 

@@ -16,7 +16,7 @@ from swarm_panel.runtime.core.request import Request, RequestOutput
 
 
 class RequestObserver(Protocol):
-    """Counts finished requests, called on the event loop (see swarm_panel.app.endpoint.prom.ServerMetrics). Latencies come
+    """Counts finished requests, called on the event loop (see app.endpoint.prom.ServerMetrics). Latencies come
     from the engine's own step records, not from here."""
 
     def finished(self, prompt_tokens: int, completion_tokens: int, reason: str | None) -> None: ...

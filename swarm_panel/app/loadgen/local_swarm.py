@@ -1,7 +1,7 @@
 """A closed-loop swarm that submits runtime Requests straight to an EngineThread; no Qt, no HTTP.
 
 Tests and the overhead benchmark use it to load the engine without a server; the panel's launcher
-drives the HTTP endpoint instead (swarm_panel.app.loadgen.swarm), like external agents do.
+drives the HTTP endpoint instead (app.loadgen.swarm), like external agents do.
 """
 
 from __future__ import annotations

@@ -56,11 +56,11 @@ class SwarmConfig:
     turns: int | None = None
     # Tool result appended (as a user message) after each reply in a conversation.
     tool_tokens: int = 64
-    # Real agents (swarm_panel.runtime.workloads.agent_script): coding chats of `turns` turns (4 unless given), one after
+    # Real agents (runtime.workloads.agent_script): coding chats of `turns` turns (4 unless given), one after
     # another, ended by the model's own stop and capped at reply_tokens; lengths are then unused.
     real_agents: bool = False
     reply_tokens: int = 256
-    # A coordinator, its workers and a noisy neighbour (swarm_panel.app.loadgen.swarm_critical_path) instead of `agents`
+    # A coordinator, its workers and a noisy neighbour (app.loadgen.swarm_critical_path) instead of `agents`
     # closed-loop agents; it ends after its rounds (or `seconds`).
     critical_path: CriticalPathWorkload | None = None
 

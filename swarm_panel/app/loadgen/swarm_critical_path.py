@@ -1,4 +1,4 @@
-"""The critical-path swarm (swarm_panel.runtime.workloads.critical_path) over HTTP: each turn one streamed chat completion.
+"""The critical-path swarm (runtime.workloads.critical_path) over HTTP: each turn one streamed chat completion.
 
 Tokens are charged to the agent as they stream in, so the round figures (shares, fair-share ratios,
 Jain's index) are what a client sees. The water-filling reference needs the server's width: it is

@@ -1,6 +1,6 @@
 """OpenAI's Responses API bodies: the request, the response with its output items, and its stream events.
 
-A whole response and a stream carry the same items (swarm_panel.app.responses_api.routes builds both with one writer);
+A whole response and a stream carry the same items (app.responses_api.routes builds both with one writer);
 every event is a model here and goes on the wire as `model_dump()`, as a whole response does.
 """
 

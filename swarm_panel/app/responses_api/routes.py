@@ -2,7 +2,7 @@
 
 A request becomes a ChatCompletionRequest (instructions and input items as messages, function
 tools, tool_choice, text.format as response_format) and runs the chat path; the reply's reasoning,
-text and calls become output items. Responses are stored (swarm_panel.app.responses_api.store) unless the request
+text and calls become output items. Responses are stored (app.responses_api.store) unless the request
 says `store: false`, so a client may send only its new input with `previous_response_id`, or resend
 the whole conversation as input items, as it must with `store: false`. Item references and the
 Conversations API are not offered: they get a 400 saying so.

@@ -1,14 +1,14 @@
 """The endpoint: `create_app(service)` builds a FastAPI app around one SwarmService.
 
-Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (swarm_panel.app.responses_api.routes),
-POST /v1/messages and /v1/messages/count_tokens (swarm_panel.app.anthropic_api.routes), GET /v1/models,
+Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (app.responses_api.routes),
+POST /v1/messages and /v1/messages/count_tokens (app.anthropic_api.routes), GET /v1/models,
 GET|PUT /v1/scheduler, GET /metrics, GET /health. No state lives at module level: two apps in one
 process share nothing.
 
 A request's path: read the body (capped), validate it, render the chat template, tokenize (off the
-event loop when long), submit one runtime Request per choice to the engine thread (swarm_panel.app.endpoint.submission),
+event loop when long), submit one runtime Request per choice to the engine thread (app.endpoint.submission),
 then stream or collect their outputs. Everything a client can get wrong becomes a 4xx in the API's
-own error shape (swarm_panel.app.endpoint.errors).
+own error shape (app.endpoint.errors).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ ENGINE_FIELDS = ("engine", "model", "profile", "n_ctx", "n_batch", "n_gpu_layers
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, **how: Any) -> None:
-    """The engine fields' flags, in a group; `how` as swarm_panel.app.settings.flags.add_settings_arguments takes it."""
+    """The engine fields' flags, in a group; `how` as app.settings.flags.add_settings_arguments takes it."""
     add_settings_arguments(parser.add_argument_group("engine"), ENGINE_FIELDS, **how)
 
 

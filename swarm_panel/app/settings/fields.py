@@ -1,6 +1,6 @@
 """What one Settings field offers a front end (flags, the engine box): its type, choices, bounds, default, help.
 
-Read from the field's declaration in swarm_panel.app.settings.schema, so no front end restates any of them.
+Read from the field's declaration in app.settings.schema, so no front end restates any of them.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class PrefixOpKind(enum.IntEnum):
     ADOPT = 1
     # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
     COPY = 2
-    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (swarm_panel.runtime.core.kv_parking),
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.core.kv_parking),
     # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
     PARK = 3
 
@@ -74,7 +74,7 @@ class StepPlan:
 
 @dataclass(slots=True)
 class Sample:
-    """One sampled token. The engine sets `token` and `end`; swarm_panel.runtime.serving.output_processor fills in the rest."""
+    """One sampled token. The engine sets `token` and `end`; runtime.serving.output_processor fills in the rest."""
 
     token: int
     # The token is one of the vocabulary's end-of-generation tokens: it ends the output and adds no text.
@@ -122,7 +122,7 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
-    # Host RAM where the engine parks finished sequences out of its KV cells (swarm_panel.runtime.core.kv_parking); None: never.
+    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.core.kv_parking); None: never.
     parked: ParkedSequences | None = None
     # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
     # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
@@ -138,7 +138,7 @@ class EngineCaps:
     # context, once no request needs more; 0: it was not widened.
     narrows_to: int = 0
     # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
-    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (swarm_panel.runtime.scheduling.prefill_budget).
+    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.prefill_budget).
     attention_bound_prefill: bool = False
 
 

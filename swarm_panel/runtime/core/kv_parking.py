@@ -8,7 +8,7 @@ it gets it back with `llama_state_seq_set_data`: a copy of megabytes instead of 
 
 A prefix copied in a unified pool shares cells (`seq_cp` copies none), so parking frees only a
 sequence's own cells while a restore copies all of them back: the engine parks a finished sequence
-only where at least half of it is its own (swarm_panel.runtime.llama.engine). Measured over HTTP, 8 agents: short
+only where at least half of it is its own (runtime.llama.engine). Measured over HTTP, 8 agents: short
 unrelated requests 75 against 67 tok/s with parking on; agents on one ~1,000-token system prompt lost
 23% when every sequence was parked, which that rule is for.
 

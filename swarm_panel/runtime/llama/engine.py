@@ -1,5 +1,5 @@
 """The real engine: one llama.cpp context, every step one `llama_decode` of a mixed batch (with split
-KV, a few where one stream is far fuller than the rest: swarm_panel.runtime.llama.cpu_tuning.decode_calls).
+KV, a few where one stream is far fuller than the rest: runtime.llama.cpu_tuning.decode_calls).
 
 Sequence ids, unified KV: live requests use ids 0..max_lanes-1; finished sequences kept for prefix
 reuse use ids max_lanes..max_lanes+cache_slots-1. Moving KV between ids (llama_memory_seq_cp then
@@ -18,7 +18,7 @@ than a stream: a new context on the loaded model, every sequence dropped for the
 Once no request has needed more for a while, it turns split again (`narrow`) the same way.
 
 Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence beside the KV, which
-cannot be cut back or copied in part: swarm_panel.runtime.llama.memory does every memory operation by model
+cannot be cut back or copied in part: runtime.llama.memory does every memory operation by model
 kind, and the engine keeps recurrent-state checkpoints (`checkpoints`) after rows marked for one,
 so a prefix shorter than its sequence is reused only where a checkpoint restores the state exactly.
 """
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 # Host memory for recurrent-state checkpoints: about 20 of Qwen3.5-9B's ~50 MB states, thousands of a
 # tiny model's. Outside the KV, which llama.cpp sizes from n_ctx alone.
 DEFAULT_CHECKPOINT_BUDGET = 1 << 30
-# Host memory for finished sequences parked out of a unified KV pool (swarm_panel.runtime.core.kv_parking).
+# Host memory for finished sequences parked out of a unified KV pool (runtime.core.kv_parking).
 DEFAULT_PARK_BUDGET = 2 << 30
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
@@ -107,7 +107,7 @@ def on_cpu(n_gpu_layers: int) -> bool:
 
 def resolve_flash_attn(flash_attn: str | bool, n_gpu_layers: int, kv_type: str) -> str | bool:
     """'auto' on a CPU-only run with an F16 cache means off here: which kernel wins depends on the CPU,
-    and swarm_panel.app.service.engine_factory asks swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe, which times both on this machine, before it builds
+    and app.service.engine_factory asks runtime.llama.cpu_tuning.flash_attn_probe, which times both on this machine, before it builds
     an engine; an engine built directly keeps the plain path, the faster one on most CPUs measured.
     Elsewhere llama.cpp's own choice (GPUs, and a quantized V cache, which needs it)."""
     if flash_attn == "auto" and kv_type == "f16" and on_cpu(n_gpu_layers):
@@ -162,7 +162,7 @@ class LlamaEngine:
         self._lanes: dict[int, _Lane] = {}
         # request_id of a finished request -> the cache sequence id holding its prefix.
         self._cached: dict[int, int] = {}
-        # Finished sequences kept for reuse wait in host RAM (swarm_panel.runtime.core.kv_parking): under unified KV
+        # Finished sequences kept for reuse wait in host RAM (runtime.core.kv_parking): under unified KV
         # as they finish, under split KV once the scheduler evicts them from their streams.
         self._park_cached = park_cached
         self._parked = ParkedSequences(park_budget_bytes)
@@ -195,12 +195,12 @@ class LlamaEngine:
         self.flash_attn = resolve_flash_attn(flash_attn, n_gpu_layers, kv_type)
         self.flash_attn_reason = flash_attn_reason
         # llama.cpp's extra buffer types (AMX, repacked CPU weights) crash or compute wrong batched
-        # logits on some CPUs; off unless the caller has probed this machine (swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe).
+        # logits on some CPUs; off unless the caller has probed this machine (runtime.llama.cpu_tuning.extra_buffers_probe).
         self.extra_buffers = extra_buffers
         self.extra_buffers_reason = extra_buffers_reason
         self.note = note
         # Both kernels' decode steps by context, where the probe timed them: the engine thread then
-        # switches kernels as the contexts served move (swarm_panel.runtime.llama.cpu_tuning.attention_follower).
+        # switches kernels as the contexts served move (runtime.llama.cpu_tuning.attention_follower).
         self.attention_curve = attention_curve
         # The split layout's kernel and why, kept while widened, for `narrow` to bring back.
         self._split_attention: tuple[str, str] | None = None
@@ -329,7 +329,7 @@ class LlamaEngine:
         return AttentionFollower(self.attention_curve, self.flash_attn)
 
     def switch_attention(self, setting: str, why: str) -> None:
-        """The other attention kernel, for the contexts being served (swarm_panel.runtime.llama.cpu_tuning.attention_follower): a new
+        """The other attention kernel, for the contexts being served (runtime.llama.cpu_tuning.attention_follower): a new
         context on the loaded model in the same layout, every sequence dropped for the caller to
         recompute, as `widen` does. llama.cpp fixes the kernel, and the V cache's layout, per context."""
         if setting not in ("on", "off") or setting == self.flash_attn:
@@ -812,7 +812,7 @@ class LlamaEngine:
                                                llama_cpp.llama_model_get_vocab(self._model), output)
 
     def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
-        """The step's llama_decode calls (swarm_panel.runtime.llama.cpu_tuning.decode_calls): with split KV, rows whose stream is far
+        """The step's llama_decode calls (runtime.llama.cpu_tuning.decode_calls): with split KV, rows whose stream is far
         fuller than their neighbours' may run apart; a unified pool spans the same cells for every row."""
         if self.kv_unified or self.call_cost is None or len(admitted) < 2:
             return [admitted]
@@ -881,7 +881,7 @@ class LlamaEngine:
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
 
     def _sample(self, request: Request, index: int) -> Sample:
-        """The token and whether it ends generation; swarm_panel.runtime.serving.output_processor makes its text."""
+        """The token and whether it ends generation; runtime.serving.output_processor makes its text."""
         token = self._lanes[request.request_id].sampler.sample(self._ctx, index)
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:

@@ -10,7 +10,7 @@ holds one fixed-size state per sequence that has seen every token, and llama.cpp
 - `llama_memory_seq_pos_max` is the smaller of the two parts' ends, so a state that is ahead of the
   KV still passes a position check.
 So on those kinds a prefix shorter than the sequence is only reused by restoring a checkpoint of
-the recurrent state taken at exactly that prefix (swarm_panel.runtime.core.checkpoints), and this module tracks
+the recurrent state taken at exactly that prefix (runtime.core.checkpoints), and this module tracks
 where each sequence's state stands, so the engine can check a row against it.
 
 Checking a row against the KV asks llama.cpp only after an operation here changed the sequence:

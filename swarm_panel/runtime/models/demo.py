@@ -1,7 +1,7 @@
 """Random-weight GGUF files for tests and demos: the whole pipeline runs without a download.
 
 Two architectures: `llama` (plain attention, the batching demo) and `qwen35` (the hybrid of Gated
-DeltaNet and attention layers that Qwen3.5 is, see swarm_panel.runtime.models.demo_hybrid).
+DeltaNet and attention layers that Qwen3.5 is, see runtime.models.demo_hybrid).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Scheduling policies: small strategies that read a view of the scheduler and return decisions.
 
 The mechanics (lanes, chunked prefill, KV accounting) live in the scheduler; a policy answers its
-questions from a read-only SchedulerView (swarm_panel.runtime.policies.view) and changes nothing itself:
+questions from a read-only SchedulerView (runtime.policies.view) and changes nothing itself:
 - admit: may waiting requests enter free lanes now, and in which order (an Admission);
 - pads: does a finished lane keep riding as padding until its batch ends;
 - when a step cannot carry every lane (KV or the prefill budget spent): which lanes compute, which
   prompt gets the prefill budget first, and which lane gives up its KV;
-- predicted_tok_s: what the article's arithmetic on a fitted step line (swarm_panel.runtime.core.fit) says it yields.
+- predicted_tok_s: what the article's arithmetic on a fitted step line (runtime.core.fit) says it yields.
 Each policy also carries what the CLI, the HTTP API and the panel show of it (name, label, summary,
 colour, family). The batching policies here are the seed's three; the agent-aware ones are continuous
-batching with an order over agents (swarm_panel.runtime.policies.ranked and one file each), and
+batching with an order over agents (runtime.policies.ranked and one file each), and
 swarm_panel.runtime.policies.registry lists them all.
 """
 

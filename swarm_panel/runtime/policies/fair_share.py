@@ -1,6 +1,6 @@
 """Agent fair share: VTC ("Fairness in Serving Large Language Models", OSDI 2024) with agents as clients.
 
-Each agent's virtual counter (swarm_panel.runtime.policies.agent_service) counts the weighted tokens it has been served,
+Each agent's virtual counter (runtime.policies.agent_service) counts the weighted tokens it has been served,
 divided by its weight; the agent with the least counter goes first, for free lanes, the prefill
 budget and (under KV pressure) which lanes compute. Work-conserving: a lane nobody else asks for
 still goes to whoever asks.

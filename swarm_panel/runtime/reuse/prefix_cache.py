@@ -1,7 +1,7 @@
 """Finished sequences whose KV stays resident, found again by the longest common token prefix.
 
-The scheduler owns one PrefixCache; the prefix planner (swarm_panel.runtime.scheduling.prefix_planner) decides what goes
-in and what comes out, and the KV budget (swarm_panel.runtime.scheduling.kv_budget) reads its token count. Each entry
+The scheduler owns one PrefixCache; the prefix planner (runtime.scheduling.prefix_planner) decides what goes
+in and what comes out, and the KV budget (runtime.scheduling.kv_budget) reads its token count. Each entry
 names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
 holds at positions 0..n-1. Entries are kept in least-recently-used order and evicted from the cold
 end whenever live sequences need the room.
@@ -53,7 +53,7 @@ class CacheEntry:
     # Token ids at positions 0..len-1 of that sequence.
     tokens: np.ndarray
     agent: str
-    # Parked in host RAM (swarm_panel.runtime.core.kv_parking): it holds no KV cells and no sequence id until reused.
+    # Parked in host RAM (runtime.core.kv_parking): it holds no KV cells and no sequence id until reused.
     parked: bool = False
 
     @property

@@ -2,7 +2,7 @@
 
 A recurrent state is exact only at the position it has reached, so a sequence holding `held` tokens
 can hand on a prefix of n tokens only when n == held, or when a checkpoint of those n tokens exists
-(swarm_panel.runtime.core.checkpoints). Checkpoints are made where later requests are likely to resume:
+(runtime.core.checkpoints). Checkpoints are made where later requests are likely to resume:
 - the end of a shared system prompt, so other agents start from it: the first end-of-turn token of a
   chat prompt (`<|im_end|>` after the system message), or what the caller marks in
   Request.checkpoint_positions (the bench's synthetic system prompt);

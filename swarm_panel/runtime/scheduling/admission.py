@@ -1,6 +1,6 @@
 """Admission: waiting requests move into free lanes, in queue order, while the KV budget holds their prompts.
 
-The policy decides whether anyone may enter and orders the queue (swarm_panel.runtime.policies.batching.Admission); this
+The policy decides whether anyone may enter and orders the queue (runtime.policies.batching.Admission); this
 carries it out. An admitted prompt is promised its KV until computed, with one token of headroom per
 live lane for its next decode, so admission never lets a step overrun the budget. Cached prefixes
 yield first, least recently used first, except the one the request will adopt in place.

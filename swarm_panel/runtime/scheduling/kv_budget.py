@@ -4,7 +4,7 @@ Lanes hold `used`: each occupied lane's computed tokens and padding rows, plus, 
 fixed recurrent state per sequence (`state_tokens`). Finished sequences kept resident for prefix
 reuse hold `cached`, read from the prefix cache's own counters (a parked one holds none). Every
 change to what a lane holds goes through `allocate` and `free`, so a check costs the same however
-many lanes there are; the lane table (swarm_panel.runtime.scheduling.lanes) asserts at the end of each step that `used`
+many lanes there are; the lane table (runtime.scheduling.lanes) asserts at the end of each step that `used`
 equals a fresh recount over its lanes.
 """
 

@@ -14,7 +14,7 @@ matches it gets it restored into an id of its own; a copy then parks a cached se
 rather than adopting, and so cutting back, another agent's conversation.
 
 Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
-only where it stands, so a match is cut back to where its source can resume (swarm_panel.runtime.reuse.resume), and
+only where it stands, so a match is cut back to where its source can resume (runtime.reuse.resume), and
 prompt chunks end at checkpoint boundaries, where the engine keeps the state for later requests.
 
 The planner also holds the releases the next plan carries: a sequence that is the source of a copy

@@ -6,16 +6,16 @@ a StepPlan (decode and padding rows first, then prompt chunks within the prefill
 for the requests' listeners and the step's StepStats. A request has no prefill or decode phase of
 its own; it has `num_computed_tokens` catching up with `num_tokens`.
 
-The scheduler is sized by the engine's EngineCaps (swarm_panel.runtime.core.engine) and holds its parts:
-- swarm_panel.runtime.scheduling.limits: what can ever run here (a config the engine holds, a request the budget holds);
-- swarm_panel.runtime.scheduling.kv_budget.KVBudget: the KV tokens it may hand out, with live counters of what is held;
-- swarm_panel.runtime.scheduling.lanes.LaneTable: the batch's width, which request each lane holds, and the KV that costs;
-- swarm_panel.runtime.scheduling.admission: waiting requests into free lanes while the budget holds their prompts;
-- swarm_panel.runtime.scheduling.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
-- swarm_panel.runtime.scheduling.preemption: who gives up KV when evicting cached sequences is not enough;
-- a policy (swarm_panel.runtime.policies.batching, swarm_panel.runtime.policies.registry), which reads a swarm_panel.runtime.policies.view.SchedulerView
+The scheduler is sized by the engine's EngineCaps (runtime.core.engine) and holds its parts:
+- runtime.scheduling.limits: what can ever run here (a config the engine holds, a request the budget holds);
+- runtime.scheduling.kv_budget.KVBudget: the KV tokens it may hand out, with live counters of what is held;
+- runtime.scheduling.lanes.LaneTable: the batch's width, which request each lane holds, and the KV that costs;
+- runtime.scheduling.admission: waiting requests into free lanes while the budget holds their prompts;
+- runtime.scheduling.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
+- runtime.scheduling.preemption: who gives up KV when evicting cached sequences is not enough;
+- a policy (runtime.policies.batching, runtime.policies.registry), which reads a runtime.policies.view.SchedulerView
   and returns decisions: who may enter, whether finished lanes pad, who computes under pressure;
-- swarm_panel.runtime.scheduling.stats_builder: each step's StepStats; swarm_panel.runtime.core.step_outcome: what the calls hand back.
+- runtime.scheduling.stats_builder: each step's StepStats; runtime.core.step_outcome: what the calls hand back.
 
 Requests that end between steps (abort, a lowered budget, an engine out of KV) are handed back by
 the call that ended them. At the end of every step it asserts its invariants: the KV counter equals

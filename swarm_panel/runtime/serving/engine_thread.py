@@ -264,7 +264,7 @@ class EngineThread:
 
     def _follow_attention(self) -> None:
         """Prices the live lanes' contexts under both attention kernels and switches to the other one
-        where swarm_panel.runtime.llama.cpu_tuning.attention_follower says it pays; split layouts only (the curve was timed in one)."""
+        where runtime.llama.cpu_tuning.attention_follower says it pays; split layouts only (the curve was timed in one)."""
         follower, s = self.attention, self.scheduler
         if follower is None or not s.caps.consecutive_ids:
             return

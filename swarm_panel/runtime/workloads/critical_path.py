@@ -6,7 +6,7 @@ merge's end. Worker tasks take the seed's spread of lengths (offset by round). T
 keeps `noisy_concurrency` requests open the whole time, as an agent that floods the server would.
 
 `CriticalPathSwarm` is only the script (who sends what, when, and the figures per round); the
-in-process runner (swarm_panel.runtime.workloads.critical_path_run) and the HTTP load generator (swarm_panel.app.loadgen.swarm) drive it.
+in-process runner (runtime.workloads.critical_path_run) and the HTTP load generator (app.loadgen.swarm) drive it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The critical-path swarm in-process: the script of swarm_panel.runtime.workloads.critical_path on a scheduler and an engine."""
+"""The critical-path swarm in-process: the script of runtime.workloads.critical_path on a scheduler and an engine."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class SwarmWorkload:
     conversation: bool = False
     # Length of the tool result appended after each reply in a conversation.
     tool_tokens: int = 64
-    # Real agents (swarm_panel.runtime.workloads.agent_script): chat conversations the model ends with its own stop token,
+    # Real agents (runtime.workloads.agent_script): chat conversations the model ends with its own stop token,
     # capped at reply_tokens; lengths, spread, prompt, system and tool tokens are then unused.
     real_agents: bool = False
     reply_tokens: int = 256

@@ -1,6 +1,6 @@
 """The built-in swarm launcher: N agents, a length preset, a spread knob.
 
-With the endpoint up it runs swarm_panel.app.loadgen.swarm's agents over HTTP on the asyncio loop, exactly like external
+With the endpoint up it runs app.loadgen.swarm's agents over HTTP on the asyncio loop, exactly like external
 agents; without one (tests, no server) it falls back to an in-process closed loop on the engine.
 """
 

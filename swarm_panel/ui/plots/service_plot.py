@@ -3,7 +3,7 @@
 Fed at the window's slow refresh with cumulative tokens per agent and each agent's open requests.
 Rates are taken over the last RATE_WINDOW_S, so a policy switch shows within a few seconds; the
 fairness index is Jain's over each agent's service against its max-min fair share of the last
-FAIR_WINDOW_S (swarm_panel.runtime.policies.fairness), the same figure the benchmarks report.
+FAIR_WINDOW_S (runtime.policies.fairness), the same figure the benchmarks report.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         self._redraw(now)
 
     def show_round(self, record: Mapping) -> None:
-        """A critical-path round ended (swarm_panel.app.loadgen.swarm's on_round)."""
+        """A critical-path round ended (app.loadgen.swarm's on_round)."""
         self.makespan = float(record["makespan"])
         self._round_text = f"last round's makespan <b>{self.makespan:.1f} s</b>"
         self._show_figures()

@@ -1,6 +1,6 @@
 """The `swarm-panel` console script: app's headless commands plus the desktop's.
 
-The composition root: it hands swarm_panel.app.cli.main the panel's subcommand (gui), the panel to open when no
+The composition root: it hands app.cli.main the panel's subcommand (gui), the panel to open when no
 subcommand is given, and the fleet window `gateway --panel` opens; app itself never imports ui.
 Importing this module imports no Qt; a desktop command loads it when it runs.
 """

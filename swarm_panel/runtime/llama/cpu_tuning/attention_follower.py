@@ -3,13 +3,13 @@
 On a CPU the two kernels cross: flash attention makes a decode step over short contexts cheaper and
 over long ones much dearer (an Ice Lake Xeon, the demo model, 8 lanes: 40 against 46 ms at 150
 tokens, 123 against 77 ms at 1,200; benchmarks/attention_by_context.py). The probe
-(swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe) picks one kernel at load from a short context, and llama.cpp fixes it
+(runtime.llama.cpu_tuning.flash_attn_probe) picks one kernel at load from a short context, and llama.cpp fixes it
 per context, so agents whose conversations sit far from that point pay for the other kernel's
 strengths. `AttentionCurve` holds the probe's decode step of 8 lanes at a short and a long context
 for each kernel; `AttentionFollower` prices what the live lanes hold under both and advises a
 switch where the other kernel is clearly cheaper and the recompute it costs pays back.
 
-A switch is a new context (swarm_panel.runtime.llama.engine.switch_attention): the live requests recompute and
+A switch is a new context (runtime.llama.engine.switch_attention): the live requests recompute and
 the cached prefixes are gone, so it pays back over the time still to serve, which nobody knows; the
 follower takes it to be as long as this kernel has served so far (at least `min_horizon_s`). At a
 swarm's start little is computed and the switch is nearly free.

@@ -12,7 +12,7 @@ not only with those in use (SmolLM2 on an AMD EPYC: 33 ms at 364 cells a lane an
 flash attention 33-36 ms at both), so a probe in small streams called a tie what serving ran 23%
 faster with flash attention. The prompt chunk is there because decode steps alone called the demo
 model a tie (36.4 against 36.9 ms) where its fixed-lengths swarm ran 12% faster with flash attention.
-The verdict is remembered per layout beside the extra-buffers one (swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe), so
+The verdict is remembered per layout beside the extra-buffers one (runtime.llama.cpu_tuning.extra_buffers_probe), so
 the probe runs once for each.
 """
 
@@ -104,7 +104,7 @@ class FlashAttnDecision:
     setting: str  # "on", "off" or "auto" (llama.cpp's own choice)
     reason: str
     # Both kernels' decode steps at a short and a long context (split layouts, "auto" on a CPU): what
-    # swarm_panel.runtime.llama.cpu_tuning.attention_follower switches by as the contexts served move.
+    # runtime.llama.cpu_tuning.attention_follower switches by as the contexts served move.
     curve: AttentionCurve | None = None
 
 
