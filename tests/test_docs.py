@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from swarm_panel.ui.shell.cli import build_parser
@@ -75,3 +82,42 @@ def test_the_quick_readme_commands_run_as_written(command):
                             timeout=240, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_readme_serve_and_curl_answer_as_written(tmp_path):
+    """`swarm-panel serve` as the README writes it (the port from SWARM_PANEL_PORT, so no flag changes),
+    then the README's curl command against it: a real chat answer from the bundled model."""
+    serve = next(c for c in _readme_commands() if c.split("#")[0].strip() == "swarm-panel serve")
+    curl = next(line for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+                for line in block.splitlines() if line.startswith("curl ") and "localhost:8000" in line)
+    port = _free_port()
+    env = os.environ | {"SWARM_PANEL_PORT": str(port), "SWARM_PANEL_CONFIG_FILE": str(tmp_path / "absent.toml")}
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_panel", *shlex.split(serve)[1:]], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        words = shlex.split(curl.replace("localhost:8000", f"localhost:{port}"))
+        if shutil.which("curl"):
+            reply = json.loads(subprocess.run(words, capture_output=True, text=True, timeout=120, check=True).stdout)
+        else:  # the same request, where the machine has no curl
+            url = next(w for w in words if w.startswith("localhost:"))
+            reply = httpx.post(f"http://{url}", json=json.loads(words[words.index("-d") + 1]), timeout=120).json()
+        choice = reply["choices"][0]
+        assert choice["finish_reason"] in {"stop", "length"} and choice["message"]["content"]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
