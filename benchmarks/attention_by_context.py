@@ -19,11 +19,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from swarm_panel.runtime.models.demo import ensure_demo_model
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import LANES, decode_step_s, fill_lanes, prompt_chunk_s, timed_step
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import (
+    LANES,
+    decode_step_s,
+    fill_lanes,
+    prompt_chunk_s,
+    timed_step,
+)
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 
 def measure(model: Path, flash_attn: str, context: int, n_ctx: int, steps: int, chunk: int) -> tuple[float, float]:

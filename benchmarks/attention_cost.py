@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from swarm_panel.runtime.models.demo import ensure_demo_model
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import timed_step as timed
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 LANES = 8
 N_BATCH = 512

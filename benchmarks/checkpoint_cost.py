@@ -9,8 +9,8 @@ import argparse
 import time
 
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine
 
 
 def main() -> None:

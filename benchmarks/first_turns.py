@@ -18,9 +18,9 @@ from pathlib import Path
 
 import httpx
 
-from swarm_panel.app.service.engine_factory import resolve_model
-from swarm_panel.app.loadgen.swarm import SwarmConfig, _Swarm
 from benchmarks.peer_servers import free_port, wait_healthy
+from swarm_panel.app.loadgen.swarm import SwarmConfig, _Swarm
+from swarm_panel.app.service.engine_factory import resolve_model
 
 
 def replies(command: list[str], bodies: list[dict]) -> list[str]:

@@ -15,10 +15,11 @@ import argparse
 import statistics
 
 from attention_cost import LANES, N_BATCH, prefill, timed
-from swarm_panel.runtime.models.demo import ensure_demo_model
+
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 BOUNDARY = 256
 SPAN = 16

@@ -16,11 +16,11 @@ import statistics
 import time
 
 from swarm_panel.app.service.engine_factory import resolve_model
-from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost
-from swarm_panel.runtime.models.demo import ensure_demo_model
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 LANES = 8
 

@@ -17,10 +17,10 @@ import time
 
 from swarm_panel.app.service.engine_factory import resolve_model
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
 from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler_chain, logit_bias
-from swarm_panel.runtime.core.request import Request, SamplingParams
 
 CASES = {
     "greedy": SamplingParams(temperature=0.0),

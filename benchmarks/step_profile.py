@@ -37,8 +37,8 @@ PROMPT_TOKENS = 16
 
 def build_engine(model: str, lanes: int, steps: int, chunks: int, chunk: int):
     from swarm_panel.app.service.engine_factory import resolve_model
-    from swarm_panel.runtime.models.demo import write_demo_model
     from swarm_panel.runtime.llama.engine import LlamaEngine
+    from swarm_panel.runtime.models.demo import write_demo_model
 
     if model == "tiny":
         path = write_demo_model(Path(tempfile.mkdtemp()) / "tiny.gguf", "tiny")

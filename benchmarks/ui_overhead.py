@@ -26,13 +26,13 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from swarm_panel.app.loadgen.local_swarm import LocalSwarm  # noqa: E402
 from swarm_panel.app.service.engine_service import SwarmService  # noqa: E402
 from swarm_panel.app.settings.schema import Settings  # noqa: E402
+from swarm_panel.runtime.core.stats import StepStats  # noqa: E402
 from swarm_panel.runtime.modeled.engine import ModeledEngine  # noqa: E402
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B  # noqa: E402
-from swarm_panel.runtime.core.stats import StepStats  # noqa: E402
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS  # noqa: E402
-from swarm_panel.app.loadgen.local_swarm import LocalSwarm  # noqa: E402
 
 WARMUP_S = 3.0
 
@@ -149,9 +149,8 @@ def main() -> int:
     os.environ.setdefault("SWARM_PANEL_CONFIG_FILE", "/nonexistent/swarm-panel.toml")
     from PySide6 import QtWidgets
 
-    from swarm_panel.ui.toolkit import theme
-
     from swarm_panel.app.service.engine_service import share_the_interpreter
+    from swarm_panel.ui.toolkit import theme
 
     share_the_interpreter()  # what the app does at start
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])

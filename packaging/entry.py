@@ -2,8 +2,8 @@
 
 import sys
 
-from swarm_panel.ui.shell.cli import main
 from swarm_panel.runtime.llama.cpu_tuning import extra_buffers_probe
+from swarm_panel.ui.shell.cli import main
 
 if __name__ == "__main__":
     # A frozen bundle has no `python -m`: the extra-buffers probe's child comes back in through here.

@@ -5,11 +5,11 @@ from __future__ import annotations
 from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
 
 
 class Harness:

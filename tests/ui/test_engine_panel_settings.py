@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swarm_panel.app.settings.schema import Settings
 from swarm_panel.app.settings.fields import choices, field_spec
+from swarm_panel.app.settings.schema import Settings
 
 
 def test_the_engine_box_is_built_from_the_settings(qtbot):

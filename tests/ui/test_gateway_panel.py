@@ -24,8 +24,8 @@ def backends():
 
 
 def test_each_backend_and_the_fleet_get_a_line(qtbot, backends, tmp_path):
-    from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.fleet.fleet_panel import FleetPanel
+    from swarm_panel.ui.toolkit import theme
 
     theme.configure_pyqtgraph()
     vllm, llama = backends

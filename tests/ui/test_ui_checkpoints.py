@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from swarm_panel.app.service.step_feed import StepFeed
 from swarm_panel.runtime.core.clock import VirtualClock
-from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
 from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.serving.metrics import MetricsAggregator
+from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.workloads.workload import SwarmWorkload
 from swarm_panel.ui.plots.live_plots import PlotsPanel
-from swarm_panel.app.service.step_feed import StepFeed
 
 
 def test_the_kv_plot_shows_checkpoint_memory_of_the_modeled_hybrid(qtbot):

@@ -38,8 +38,8 @@ def card():
 @pytest.fixture
 def window(qtbot, no_user_config, tmp_path, card):
     """The real main window on a started fast service, settings in a throwaway file."""
-    from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.shell.main_window import MainWindow
+    from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
     theme.configure_pyqtgraph()

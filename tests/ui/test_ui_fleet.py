@@ -66,9 +66,9 @@ async def ask(client: openai.AsyncOpenAI, agent: str):
 
 async def scenario(qtbot, tmp_path, backends) -> None:
     from swarm_panel.app.server.http_server import HttpServer
-    from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.fleet.fleet_mode import EMBEDDED_ONLY_TIP, NOT_MEASURED_TIP
     from swarm_panel.ui.shell.main_window import MainWindow
+    from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
     theme.configure_pyqtgraph()

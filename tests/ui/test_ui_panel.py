@@ -10,9 +10,9 @@ import httpx
 import numpy as np
 import pytest
 
-from swarm_panel.app.server.http_server import ThreadedHttpServer
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
-from tests.ui.test_ui_common import STEADY_CARD, SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
+from swarm_panel.app.server.http_server import ThreadedHttpServer
+from tests.ui.test_ui_common import SHORT_LENGTHS, STEADY_CARD, card, no_user_config, window  # noqa: F401
 
 # A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
 pytestmark = pytest.mark.slow
@@ -72,8 +72,8 @@ def test_plots_and_lane_timeline_receive_data(window, qtbot):
     assert np.nanmax(window.plots.series("kv_pct")) > 0
     image = window.timeline.last_image
     assert image.shape[0] == 8 * 6 and image.shape[2] == 4  # eight lanes, RGBA
-    from swarm_panel.ui.plots.lane_timeline import LUT
     from swarm_panel.app.service.step_feed import CODE_DECODE
+    from swarm_panel.ui.plots.lane_timeline import LUT
 
     assert (image[..., :3].reshape(-1, 3) == LUT[CODE_DECODE]).all(axis=1).any()
 

@@ -8,8 +8,8 @@ import httpx
 from PySide6 import QtCore
 
 from swarm_panel.app.server.http_server import ThreadedHttpServer
-from swarm_panel.ui.shell.app_main import _settings
 from swarm_panel.ui.panels.engine_panel import EnginePanel, choice_for, engine_changes, writes_real_text
+from swarm_panel.ui.shell.app_main import _settings
 from swarm_panel.ui.toolkit.settings_store import SettingsStore
 from tests.ui.test_ui_common import card, no_user_config, window  # noqa: F401
 

@@ -7,11 +7,11 @@ import math
 import pytest
 from PySide6 import QtCore
 
-from swarm_panel.runtime.workloads.critical_path import NOISY
-from tests.ui.test_ui_common import SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
-from swarm_panel.ui.panels.agents_table import PRIORITY_COLUMN, AgentsModel, agent_rows, with_priority
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
+from swarm_panel.runtime.workloads.critical_path import NOISY
+from swarm_panel.ui.panels.agents_table import PRIORITY_COLUMN, AgentsModel, agent_rows, with_priority
 from swarm_panel.ui.plots.service_plot import ServicePlot
+from tests.ui.test_ui_common import SHORT_LENGTHS, card, no_user_config, window  # noqa: F401
 
 
 def test_service_plot_draws_each_agents_rate_and_jains_index_against_fair_shares(qtbot):

@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
-from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.app.service.ring import Ring
 from swarm_panel.app.service.step_feed import CODE_DECODE, CODE_PADDING, StepFeed
+from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
 
 def step(i: int, t: float, policy: str = "naive", num_lanes: int = 8, lanes: str = "DDDDxxxx") -> StepStats:

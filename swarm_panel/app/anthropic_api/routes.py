@@ -38,12 +38,12 @@ from swarm_panel.app.anthropic_api.models import (
     ThinkingDelta,
     ToolUseBlock,
 )
-from swarm_panel.app.openai_api.models import MAX_NAME_CHARS, ChatCompletionRequest
+from swarm_panel.app.chat.reply import ReplyPiece
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.errors import bad_request, read_json
-from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.endpoint.submission import ServerCore, respond
 from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.endpoint.submission import ServerCore, respond
+from swarm_panel.app.openai_api.models import MAX_NAME_CHARS, ChatCompletionRequest
 
 
 def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:

@@ -12,17 +12,15 @@ from swarm_panel.app.cli import bench_critical_path
 from swarm_panel.app.service.engine_factory import add_engine_arguments, engine_for
 from swarm_panel.app.settings.flags import add_settings_arguments
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
-from swarm_panel.runtime.workloads.closed_loop import RunResult, run_closed_loop
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.policies.registry import BATCHING_POLICY_NAMES, POLICY_NAMES
 from swarm_panel.runtime.core.engine import EngineCaps, Sample, StepPlan, StepResult
 from swarm_panel.runtime.core.fit import StepLine, fit_step_line
-from swarm_panel.runtime.policies.registry import predicted_tok_s
-from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.policies.registry import BATCHING_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.workloads.closed_loop import RunResult, run_closed_loop
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload
-
 
 # Where bench departs from the settings: the modeled card in virtual time reproduces the article's
 # table in moments, and the lanes follow the swarm's size unless --num-lanes is given.

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swarm_panel.app.server.http_server import PortInUse
-from swarm_panel.app.settings.schema import Settings
 from swarm_panel.app.settings.flags import add_settings_arguments, given
-
+from swarm_panel.app.settings.schema import Settings
 
 # The Settings fields the gateway reads, and the flags it has always spelled its own way.
 GATEWAY_FIELDS = ("backends", "host", "port", "api_key", "gateway_policy", "gateway_routing", "max_waiting",

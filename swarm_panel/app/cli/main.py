@@ -12,16 +12,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarm_panel.app.cli import bench
-
+from swarm_panel.app.cli import bench, serve
 from swarm_panel.app.cli import chaos as chaos_cli
-
 from swarm_panel.app.cli import demo_model as demo_model_cli
-
 from swarm_panel.app.cli import gateway as gateway_cli
-
-from swarm_panel.app.cli import serve
-
 from swarm_panel.app.cli import swarm as swarm_cli
 from swarm_panel.runtime.core.engine import EngineLoadError
 

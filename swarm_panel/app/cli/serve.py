@@ -16,8 +16,8 @@ import sys
 
 from swarm_panel.app.server.http_server import HttpServer, PortInUse
 from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
-from swarm_panel.app.settings.schema import GATEWAY_ONLY_FIELDS, Settings
 from swarm_panel.app.settings.flags import add_settings_arguments, given
+from swarm_panel.app.settings.schema import GATEWAY_ONLY_FIELDS, Settings
 
 log = logging.getLogger(__name__)
 

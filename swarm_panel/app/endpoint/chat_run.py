@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from swarm_panel.app.openai_api.logprobs import LogprobCursor
 from swarm_panel.app.chat.reply import Reply, ReplyParser, ReplyPiece
 from swarm_panel.app.endpoint.request_handle import RequestHandle
+from swarm_panel.app.openai_api.logprobs import LogprobCursor
 from swarm_panel.runtime.core.request import TokenLogprob
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarm_panel.app.endpoint.errors import APIError, bad_request
 from swarm_panel.app.chat.tool_calls import ToolCallFormat
+from swarm_panel.app.endpoint.errors import APIError, bad_request
 
 MAX_GRAMMAR_CHARS = 65536
 ANY_OBJECT: dict[str, Any] = {"type": "object"}

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.policies.agent_service import AgentTotals
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
-from swarm_panel.runtime.core.stats import StepStats
 
 if TYPE_CHECKING:
     from swarm_panel.app.service.engine_service import SwarmService

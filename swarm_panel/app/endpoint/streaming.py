@@ -20,6 +20,9 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from swarm_panel.app.endpoint.chat_run import ChatRun
+from swarm_panel.app.endpoint.errors import ClientGone, error_body
+from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
 from swarm_panel.app.openai_api.models import (
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -30,10 +33,6 @@ from swarm_panel.app.openai_api.models import (
     ResponseToolCall,
     Usage,
 )
-from swarm_panel.app.endpoint.errors import ClientGone, error_body
-from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
-
-from swarm_panel.app.endpoint.chat_run import ChatRun
 
 T = TypeVar("T")
 

@@ -16,28 +16,34 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from swarm_panel.app.service.agent_activity import last_user_text
-from swarm_panel.app.openai_api.models import ChatCompletionRequest, SamplingRequest
 from swarm_panel.app.chat.prompt import for_template
+from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
+from swarm_panel.app.chat.reply import ReplyParser
+from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
 from swarm_panel.app.endpoint.output_router import OutputRouter
-from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
-from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
-from swarm_panel.app.chat.reply import ReplyParser
-from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.endpoint.request_handle import RequestHandle
-from swarm_panel.app.endpoint.streaming import KEEPALIVE, ClientGone, EventStreamResponse, unless_hung_up, with_heartbeat
-from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
+from swarm_panel.app.endpoint.streaming import (
+    KEEPALIVE,
+    ClientGone,
+    EventStreamResponse,
+    unless_hung_up,
+    with_heartbeat,
+)
+from swarm_panel.app.openai_api.models import ChatCompletionRequest, SamplingRequest
+from swarm_panel.app.service.agent_activity import last_user_text
+from swarm_panel.app.service.engine_service import SwarmService
+from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.config import MAX_PRIORITY
-from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
 from swarm_panel.runtime.core.engine import Engine
-from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
+from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
 from swarm_panel.runtime.scheduling.limits import ContextExceeded, RequestRejected
+from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
 
 # Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.
 ASKED_TAIL_TOKENS = 160

@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 import logging
+import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
-from swarm_panel.app.gateway.backend_poller import Backend, Poller
-from swarm_panel.app.settings.backends import BackendConfig, unique_labels
 from swarm_panel.app.endpoint.errors import APIError, overloaded
 from swarm_panel.app.gateway.agent_order import ADMISSION_POLICIES, AdmissionPolicy, make_admission_policy
+from swarm_panel.app.gateway.backend_poller import Backend, Poller
 from swarm_panel.app.gateway.request_facts import Inbound
-from swarm_panel.app.gateway.router import ROUTERS, AffinityRouter, ResponseHomes, RoundRobinRouter, RouteKey, make_router
+from swarm_panel.app.gateway.router import (
+    ROUTERS,
+    AffinityRouter,
+    ResponseHomes,
+    RoundRobinRouter,
+    RouteKey,
+    make_router,
+)
+from swarm_panel.app.settings.backends import BackendConfig, unique_labels
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,13 @@ import uvicorn
 
 from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.asgi import create_gateway_app
-from swarm_panel.app.server.http_server import GRACEFUL_SHUTDOWN_S, KEEP_ALIVE_S, _EmbeddedServer, _is_loopback, bind_socket
+from swarm_panel.app.server.http_server import (
+    GRACEFUL_SHUTDOWN_S,
+    KEEP_ALIVE_S,
+    _EmbeddedServer,
+    _is_loopback,
+    bind_socket,
+)
 from swarm_panel.app.settings.schema import Settings
 
 

@@ -19,10 +19,17 @@ from dataclasses import asdict, dataclass, field
 import httpx
 
 from swarm_panel.app.loadgen.swarm_critical_path import CriticalPathClient, turn_body
+from swarm_panel.runtime.serving.metrics import percentile
 from swarm_panel.runtime.workloads.agent_script import REPEAT_PENALTY, AgentConversation
 from swarm_panel.runtime.workloads.critical_path import CriticalPathWorkload
-from swarm_panel.runtime.serving.metrics import percentile
-from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name, prompt_text, system_text, tool_text
+from swarm_panel.runtime.workloads.workload import (
+    ARTICLE_LENGTHS,
+    SwarmWorkload,
+    agent_name,
+    prompt_text,
+    system_text,
+    tool_text,
+)
 
 LENGTH_PRESETS: dict[str, tuple[int, ...]] = {
     "article": ARTICLE_LENGTHS,

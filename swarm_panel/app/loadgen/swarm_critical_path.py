@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import httpx
 
-from swarm_panel.runtime.workloads.critical_path import CriticalPathSwarm, CriticalPathWorkload, Turn
 from swarm_panel.runtime.policies.fairness import fairness_figures
+from swarm_panel.runtime.workloads.critical_path import CriticalPathSwarm, CriticalPathWorkload, Turn
 from swarm_panel.runtime.workloads.workload import prompt_text
 
 log = logging.getLogger(__name__)

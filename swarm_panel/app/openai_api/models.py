@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm_panel.app.settings.fields import field_spec
-from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.core.request import MAX_TOP_LOGPROBS
+from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256

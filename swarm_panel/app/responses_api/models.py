@@ -10,7 +10,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from swarm_panel.app.openai_api.models import MAX_TOKENS_LIMIT, PenaltyField, TemperatureField, TopPField, UserField, _Lenient
+from swarm_panel.app.openai_api.models import (
+    MAX_TOKENS_LIMIT,
+    PenaltyField,
+    TemperatureField,
+    TopPField,
+    UserField,
+    _Lenient,
+)
 
 # -- the request ---------------------------------------------------------------------------------
 

@@ -17,12 +17,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from swarm_panel.app.openai_api.models import ChatCompletionRequest
+from swarm_panel.app.chat.reply import ReplyPiece
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.errors import APIError, bad_request, read_json
-from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.responses_api.store import StoredResponse, listed_items, new_id, reply_messages
-from swarm_panel.app.responses_api.tools import ToolTable, tool_table
+from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.endpoint.submission import ServerCore, respond
+from swarm_panel.app.openai_api.models import ChatCompletionRequest
 from swarm_panel.app.responses_api.models import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,
@@ -42,12 +42,12 @@ from swarm_panel.app.responses_api.models import (
     ResponseError,
     ResponseEvent,
     ResponsesRequest,
-    ResponsesUsage,
     ResponseStatus,
+    ResponsesUsage,
     TextItem,
 )
-from swarm_panel.app.endpoint.submission import ServerCore, respond
-from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.responses_api.store import StoredResponse, listed_items, new_id, reply_messages
+from swarm_panel.app.responses_api.tools import ToolTable, tool_table
 
 
 def _text_of(content: Any, param: str) -> str:

@@ -23,6 +23,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from swarm_panel.app.anthropic_api.routes import anthropic_router
+from swarm_panel.app.endpoint.chat_run import Choice
+from swarm_panel.app.endpoint.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json
+from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
+from swarm_panel.app.endpoint.streaming import ChunkMaker, chat_stream, completion_stream
+from swarm_panel.app.endpoint.submission import ServerCore, agent_of, priority_of, respond
+from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
 from swarm_panel.app.openai_api.models import (
     ChatChoice,
     ChatCompletion,
@@ -38,15 +44,9 @@ from swarm_panel.app.openai_api.models import (
     SchedulerUpdate,
     Usage,
 )
-from swarm_panel.app.endpoint.chat_run import Choice
-from swarm_panel.app.endpoint.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json
-from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
-from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
 from swarm_panel.app.responses_api.routes import responses_router
 from swarm_panel.app.responses_api.store import ResponseStore
-from swarm_panel.app.endpoint.submission import ServerCore, agent_of, priority_of, respond
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.app.endpoint.streaming import ChunkMaker, chat_stream, completion_stream
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from typing import Any
 
 from swarm_panel.app.settings.fields import field_spec
 from swarm_panel.app.settings.flags import add_settings_arguments
-from swarm_panel.runtime.models.bundled import bundled_model_path, cpu_copy
-from swarm_panel.runtime.models.demo import ensure_demo_model
 from swarm_panel.runtime.core.config import auto_kv_unified
 from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import PROFILES
+from swarm_panel.runtime.models.bundled import bundled_model_path, cpu_copy
+from swarm_panel.runtime.models.demo import ensure_demo_model
 
 log = logging.getLogger(__name__)
 

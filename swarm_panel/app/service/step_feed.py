@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
-from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
 from swarm_panel.app.service.ring import Ring
+from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
+from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
 # Lane codes in the timeline image.
 CODE_IDLE, CODE_DECODE, CODE_PREFILL, CODE_PADDING, CODE_STALLED = range(5)

@@ -17,8 +17,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.runtime.core.config import MAX_LANES, SPLIT_KV_MIN_LANE_TOKENS, SchedulerConfig
-from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.modeled.profiles import PROFILES
+from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
 APP_NAME = "swarm-panel"
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from swarm_panel.runtime.core.request import Request
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.core.kv_parking import ParkedSequences
     from swarm_panel.runtime.core.checkpoints import CheckpointStore
+    from swarm_panel.runtime.core.kv_parking import ParkedSequences
 
 
 class RowKind(enum.IntEnum):

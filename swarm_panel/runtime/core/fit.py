@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from statistics import median
 
 
-
 @dataclass(slots=True, frozen=True)
 class StepLine:
     floor_ms: float

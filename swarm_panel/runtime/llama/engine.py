@@ -38,6 +38,7 @@ from typing import Any
 import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from swarm_panel.runtime.core.checkpoints import CheckpointStore
 from swarm_panel.runtime.core.engine import (
     EngineCaps,
     EngineError,
@@ -51,20 +52,19 @@ from swarm_panel.runtime.core.engine import (
     StepPlan,
     StepResult,
 )
+from swarm_panel.runtime.core.kv_parking import ParkedSequence, ParkedSequences
+from swarm_panel.runtime.core.progress import Progress, no_progress
+from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
-from swarm_panel.runtime.core.checkpoints import CheckpointStore
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
 from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
-from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
-from swarm_panel.runtime.core.kv_parking import ParkedSequence, ParkedSequences
 from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
 from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, token_logprob
 from swarm_panel.runtime.llama.vocab import LlamaVocab
-from swarm_panel.runtime.core.progress import Progress, no_progress
-from swarm_panel.runtime.core.request import Request
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from swarm_panel.runtime.core.request import SamplingParams, TokenLogprob
 from swarm_panel.runtime.llama.greedy_sampler import PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
 from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
-from swarm_panel.runtime.core.request import SamplingParams, TokenLogprob
 
 GRAMMAR_ROOT = b"root"
 

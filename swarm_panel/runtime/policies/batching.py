@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.fit import StepLine
-    from swarm_panel.runtime.policies.view import Lane, SchedulerView
     from swarm_panel.runtime.core.request import Request
+    from swarm_panel.runtime.policies.view import Lane, SchedulerView
 
 
 @dataclass(slots=True, frozen=True)

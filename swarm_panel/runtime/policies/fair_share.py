@@ -16,8 +16,8 @@ from swarm_panel.runtime.policies.agent_service import OUTPUT_WEIGHT, PROMPT_WEI
 from swarm_panel.runtime.policies.ranked import RankedPolicy
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.policies.view import SchedulerView
     from swarm_panel.runtime.core.request import Request
+    from swarm_panel.runtime.policies.view import SchedulerView
 
 
 class FairSharePolicy(RankedPolicy):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from swarm_panel.runtime.policies.ranked import RankedPolicy
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.policies.view import SchedulerView
     from swarm_panel.runtime.core.request import Request
+    from swarm_panel.runtime.policies.view import SchedulerView
 
 
 class PriorityPolicy(RankedPolicy):

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from swarm_panel.runtime.policies.batching import IN_QUEUE_ORDER, Admission, ContinuousPolicy
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.policies.view import Lane, SchedulerView
     from swarm_panel.runtime.core.request import Request
+    from swarm_panel.runtime.policies.view import Lane, SchedulerView
 
 
 class RankedPolicy(ContinuousPolicy):

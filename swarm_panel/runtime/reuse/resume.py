@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
-from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, as_tokens
 from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, as_tokens
 
 MIN_CHECKPOINT_TOKENS = 64
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections import deque
 
+from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import LaneTable
 from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
-from swarm_panel.runtime.core.request import Request
 
 
 def fill_free_lanes(waiting: deque[Request], lanes: LaneTable, kv: KVBudget, prefix: PrefixPlanner,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.core.request import Request, RequestStatus
+from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 
 
 @dataclass(slots=True, eq=False)

@@ -28,11 +28,17 @@ from collections.abc import Sequence
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, PrefixOp, PrefixOpKind
+from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.reuse.prefix_cache import (
+    MIN_MATCH_TOKENS,
+    CacheEntry,
+    PrefixCache,
+    as_tokens,
+    common_prefix_len,
+)
+from swarm_panel.runtime.reuse.resume import Resumption
 from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import Lane
-from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, CacheEntry, PrefixCache, as_tokens, common_prefix_len
-from swarm_panel.runtime.core.request import Request
-from swarm_panel.runtime.reuse.resume import Resumption
 
 log = logging.getLogger(__name__)
 

@@ -28,24 +28,23 @@ import logging
 from collections import deque
 from operator import attrgetter
 
-from swarm_panel.runtime.scheduling.admission import fill_free_lanes
-from swarm_panel.runtime.policies.agent_service import AgentService
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, Row, RowKind, StepPlan, StepResult
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
-from swarm_panel.runtime.scheduling.lanes import Lane, LaneTable
-from swarm_panel.runtime.scheduling.limits import RequestRejected, check_fits, checked_config, unfit_after_change
-from swarm_panel.runtime.core.request import reaches_length
+from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, reaches_length
+from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
+from swarm_panel.runtime.policies.agent_service import AgentService
 from swarm_panel.runtime.policies.batching import Policy
 from swarm_panel.runtime.policies.registry import make_policy
 from swarm_panel.runtime.policies.view import SchedulerView
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
+from swarm_panel.runtime.scheduling.admission import fill_free_lanes
+from swarm_panel.runtime.scheduling.kv_budget import KVBudget
+from swarm_panel.runtime.scheduling.lanes import Lane, LaneTable
+from swarm_panel.runtime.scheduling.limits import RequestRejected, check_fits, checked_config, unfit_after_change
 from swarm_panel.runtime.scheduling.preemption import pick_victim
 from swarm_panel.runtime.scheduling.prefill_budget import cells_of, reference_cells, tokens_within
-from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
+from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
 from swarm_panel.runtime.scheduling.stats_builder import StatsBuilder, StepTally
-from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
 
 __all__ = ["RequestRejected", "Scheduler"]
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResult
-from swarm_panel.runtime.serving.output_processor import OutputProcessor
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.core.step_outcome import Delivery
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.output_processor import OutputProcessor
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from itertools import chain
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.scheduling.limits import RequestRejected, Settled, checked_config, settle
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
 from swarm_panel.runtime.core.request import Request, RequestOutput
+from swarm_panel.runtime.scheduling.limits import RequestRejected, Settled, checked_config, settle
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from swarm_panel.runtime.serving.detokenizer import StopStringDetokenizer
 from swarm_panel.runtime.core.engine import Sample, StepPlan, StepResult
 from swarm_panel.runtime.core.request import Request, reaches_length
+from swarm_panel.runtime.serving.detokenizer import StopStringDetokenizer
 
 
 class OutputProcessor:

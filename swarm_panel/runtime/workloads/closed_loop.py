@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from swarm_panel.runtime.workloads.agent_script import REPEAT_PENALTY, AgentConversation
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, SamplingParams
+from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.serving.metrics import percentile
-from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.workloads.agent_script import REPEAT_PENALTY, AgentConversation
 from swarm_panel.runtime.workloads.workload import SwarmWorkload, agent_name, prompt_text, system_text, tool_text
 
 PromptMaker = Callable[[int, int], list[int]]

@@ -6,15 +6,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
-from swarm_panel.runtime.workloads.closed_loop import text_prompt
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathSwarm, CriticalPathWorkload, Turn
 from swarm_panel.runtime.core.engine import Engine
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.policies.fairness import fairness_figures
 from swarm_panel.runtime.core.request import Request, RequestOutput, SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.policies.fairness import fairness_figures
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.workloads.closed_loop import text_prompt
+from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathSwarm, CriticalPathWorkload, Turn
 
 _ENDED_WELL = ("stop", "length")
 

@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 from PySide6 import QtCore, QtWidgets
 
-from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.asgi import create_gateway_app
 from swarm_panel.app.server.http_server import HttpServer
+from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.serving.metrics import AgentFigures
-from swarm_panel.ui.panels.agents_table import AgentRow, agent_rows
 from swarm_panel.ui.fleet.fleet_panel import FleetPanel, fleet_values
+from swarm_panel.ui.panels.agents_table import AgentRow, agent_rows
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from swarm_panel.app.service.step_feed import StepFeed
 from swarm_panel.runtime.policies.registry import BATCHING_POLICY_NAMES
 from swarm_panel.ui.toolkit import theme
-from swarm_panel.app.service.step_feed import StepFeed
 
 
 class ABChart(pg.PlotWidget):

@@ -8,8 +8,7 @@ from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.app.settings.fields import field_spec
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.policies.registry import POLICY_NAMES
-from swarm_panel.runtime.policies.registry import POLICIES
+from swarm_panel.runtime.policies.registry import POLICIES, POLICY_NAMES
 from swarm_panel.ui.toolkit import theme
 
 POLICY_TIPS = {name: policy.summary for name, policy in POLICIES.items()}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from swarm_panel.ui.toolkit import theme
 from swarm_panel.ui.panels.agents_table import AgentRow, AgentsTable
+from swarm_panel.ui.toolkit import theme
 
 
 class EndpointPanel(QtWidgets.QGroupBox):

@@ -11,8 +11,8 @@ from PySide6 import QtCore, QtWidgets
 from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
 from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
-from swarm_panel.ui.toolkit import theme
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
+from swarm_panel.ui.toolkit import theme
 
 # The box's items for each engine the settings accept (llama.cpp by the model it loads), then the fleet.
 ENGINE_ITEMS = {

@@ -13,11 +13,11 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 from swarm_panel.app.loadgen.swarm import LENGTH_PRESETS, SwarmConfig, run_swarm
 from swarm_panel.runtime.workloads.critical_path import CriticalPathWorkload
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload
 from swarm_panel.ui.toolkit import theme
-from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 
 log = logging.getLogger(__name__)
 

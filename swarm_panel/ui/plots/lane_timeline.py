@@ -10,8 +10,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from swarm_panel.app.service.step_feed import (
+    CODE_DECODE,
+    CODE_IDLE,
+    CODE_PADDING,
+    CODE_PREFILL,
+    CODE_STALLED,
+    Marker,
+    StepFeed,
+)
 from swarm_panel.ui.toolkit import theme
-from swarm_panel.app.service.step_feed import CODE_DECODE, CODE_IDLE, CODE_PADDING, CODE_PREFILL, CODE_STALLED, Marker, StepFeed
 
 SUBROWS = 6  # image pixels per lane; the first is a thin gap between lanes
 HATCH = 5  # code of the dark hatch stripes

@@ -13,8 +13,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from swarm_panel.ui.toolkit import theme
 from swarm_panel.app.service.step_feed import Marker, StepFeed
+from swarm_panel.ui.toolkit import theme
 
 SPAN_S = 60.0
 MIN_SPAN_S = 20.0

@@ -15,10 +15,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from swarm_panel.app.service.step_feed import Marker
 from swarm_panel.runtime.policies.fairness import ServiceLedger, fairness_figures
 from swarm_panel.runtime.serving.metrics import AgentFigures
 from swarm_panel.ui.toolkit import theme
-from swarm_panel.app.service.step_feed import Marker
 
 SPAN_S = 60.0
 MIN_SPAN_S = 10.0

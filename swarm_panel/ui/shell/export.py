@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from swarm_panel.app.service.step_feed import TICK_COLUMNS, StepFeed
 from swarm_panel.runtime.core.fit import ceiling_tok_s
 from swarm_panel.runtime.serving.metrics import MetricsSnapshot
-from swarm_panel.app.service.step_feed import TICK_COLUMNS, StepFeed
 
 
 def _clean(value: Any) -> Any:

@@ -9,12 +9,13 @@ from functools import partial
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from swarm_panel.app.settings.backends import format_backend
 from swarm_panel.app.service.engine_service import SwarmService
+from swarm_panel.app.service.step_feed import StepFeed
+from swarm_panel.app.settings.backends import format_backend
 from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.fit import StepLine, ceiling_tok_s
-from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.fleet.fleet_mode import NOT_MEASURED_TIP, FleetMode, embedded_only
 from swarm_panel.ui.panels.ab_run import ABRun
 from swarm_panel.ui.panels.agent_view import AgentView
 from swarm_panel.ui.panels.agents_table import agent_rows, with_priority
@@ -22,15 +23,14 @@ from swarm_panel.ui.panels.cache_panel import CachePanel
 from swarm_panel.ui.panels.controls import SchedulerControls
 from swarm_panel.ui.panels.endpoint_panel import EndpointPanel
 from swarm_panel.ui.panels.engine_panel import EnginePanel, Loader, choice_for, writes_real_text
-from swarm_panel.ui.shell.export import export_figures, export_png
-from swarm_panel.ui.fleet.fleet_mode import NOT_MEASURED_TIP, FleetMode, embedded_only
+from swarm_panel.ui.panels.swarm_launcher import SwarmLauncher
 from swarm_panel.ui.plots.lane_timeline import LaneTimeline
 from swarm_panel.ui.plots.live_plots import PlotsPanel
 from swarm_panel.ui.plots.service_plot import ServicePlot
-from swarm_panel.ui.toolkit.settings_store import SettingsStore
+from swarm_panel.ui.shell.export import export_figures, export_png
 from swarm_panel.ui.shell.status_bar import StatusBar, threads_note
-from swarm_panel.app.service.step_feed import StepFeed
-from swarm_panel.ui.panels.swarm_launcher import SwarmLauncher
+from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
 log = logging.getLogger(__name__)
 

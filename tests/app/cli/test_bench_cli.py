@@ -1,4 +1,5 @@
 import json
+
 import pytest
 
 from swarm_panel.app.cli.main import main

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
+from swarm_panel.app.endpoint.errors import APIError, ClientGone
+from swarm_panel.app.endpoint.streaming import unless_hung_up
+from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.backend_metrics import parse_metrics
 from swarm_panel.app.gateway.backend_poller import TRANSIT_S
-from swarm_panel.app.settings.backends import BackendConfig
-from swarm_panel.app.endpoint.errors import APIError, ClientGone
-from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.request_facts import inspect
-from swarm_panel.app.endpoint.streaming import unless_hung_up
+from swarm_panel.app.settings.backends import BackendConfig
 from tests.app.gateway.test_gateway_metrics import LLAMA_SERVER
 
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from swarm_panel.app.endpoint.streaming import KEEPALIVE
-from tests.gateway_fleet import backend, gateway
 from tests.app.server.test_server_common import wait_until
+from tests.gateway_fleet import backend, gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

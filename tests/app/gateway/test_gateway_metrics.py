@@ -31,11 +31,11 @@ import math
 
 import pytest
 
+from swarm_panel.app.endpoint.prom import ServerMetrics, build_registry, render
 from swarm_panel.app.gateway.backend_metrics import parse_metrics, total_slots
 from swarm_panel.app.gateway.backend_poller import Backend
-from swarm_panel.app.settings.backends import BackendConfig, parse_backend
 from swarm_panel.app.gateway.request_facts import UsageTap, inspect, prompt_usage
-from swarm_panel.app.endpoint.prom import ServerMetrics, build_registry, render
+from swarm_panel.app.settings.backends import BackendConfig, parse_backend
 
 M = 'model_name="Qwen/Qwen2.5-7B-Instruct"'
 

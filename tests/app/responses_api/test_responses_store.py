@@ -9,8 +9,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarm_panel.app.responses_api.store import ResponseStore, StoredResponse
 from swarm_panel.app.responses_api.models import Response
+from swarm_panel.app.responses_api.store import ResponseStore, StoredResponse
 from tests.app.server.test_api_adapters import FN_TOOL
 from tests.app.server.test_server_common import assert_error, modeled_service, running
 from tests.app.server.test_server_tools import H, scripted_engine

@@ -10,8 +10,8 @@ import openai
 import pytest
 
 from swarm_panel.app.responses_api.tools import tool_table
-from tests.app.server.test_api_adapters import FN_TOOL
 from tests.app.responses_api.test_responses_store import Scripted, prompt_of
+from tests.app.server.test_api_adapters import FN_TOOL
 from tests.app.server.test_server_common import assert_error, modeled_service, running
 
 # The body Codex CLI 0.171.0 (`codex exec`, a custom provider with wire_api = "responses") posted,

@@ -204,8 +204,15 @@ def test_anthropic_messages_plain_streamed_tools_and_count(real):
 
 
 def test_openai_agents_sdk_with_both_models(real):
-    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
-                        function_tool, set_tracing_disabled)
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
 
     set_tracing_disabled(True)
 

@@ -11,8 +11,8 @@ import pytest
 from pydantic import Field, TypeAdapter
 
 from swarm_panel.app.anthropic_api import models as am
-from swarm_panel.app.responses_api import models as rm
 from swarm_panel.app.openai_api.models import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
+from swarm_panel.app.responses_api import models as rm
 from tests.app.server.test_api_adapters import ANTHROPIC_TOOL, FN_TOOL
 from tests.app.server.test_server_common import modeled_service, running
 from tests.app.server.test_server_tools import H, scripted_engine

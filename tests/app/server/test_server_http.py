@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from swarm_panel.app.server.http_server import HttpServer, PortInUse, ThreadedHttpServer
 from swarm_panel.app.cli.serve import settings_from_args
+from swarm_panel.app.server.http_server import HttpServer, PortInUse, ThreadedHttpServer
 from tests.app.server.test_server_common import modeled_service
 
 

@@ -13,9 +13,9 @@ from swarm_panel.app.chat.tool_calls import (
     detect_format,
     parse_tool_calls,
 )
-from swarm_panel.runtime.models.demo import CHAT_TEMPLATE
 from swarm_panel.runtime.core.engine import RowKind, Sample
 from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.models.demo import CHAT_TEMPLATE
 from tests.app.server.test_server_common import modeled_service, running
 
 H, L, M = ToolCallFormat.HERMES, ToolCallFormat.LLAMA3, ToolCallFormat.MISTRAL

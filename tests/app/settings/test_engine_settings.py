@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from swarm_panel.app.cli.main import build_parser
-from swarm_panel.app.service.engine_factory import engine_for
 from swarm_panel.app.cli.serve import settings_from_args
+from swarm_panel.app.service.engine_factory import engine_for
 
 
 def test_serve_flags_reach_the_hybrid_engine(tiny_qwen35_model_path, monkeypatch, tmp_path):

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from swarm_panel.app.settings.schema import SCHEDULER_FIELDS, Settings, scheduler_values
 from swarm_panel.app.settings.fields import choices, field_spec
+from swarm_panel.app.settings.schema import SCHEDULER_FIELDS, Settings, scheduler_values
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.ui.shell.cli import build_parser

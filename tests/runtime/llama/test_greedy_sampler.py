@@ -9,13 +9,12 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from swarm_panel.runtime.llama import greedy_sampler
-
-from swarm_panel.runtime.llama import sampling as llama_sampling
-from swarm_panel.runtime.llama.greedy_sampler import MIN_VOCAB, PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
-from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, build_sampler_chain
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama import greedy_sampler
+from swarm_panel.runtime.llama import sampling as llama_sampling
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.greedy_sampler import MIN_VOCAB, PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
+from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, build_sampler_chain
 from tests.runtime.llama.test_llama_engine import run
 
 VOCAB = 400

@@ -12,10 +12,10 @@ import pytest
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 
 SYSTEM = 80

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import llama_cpp
 
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request
-from tests.runtime.llama.test_prefix_llama import (SYSTEM_TOKENS, check_live_kv, computed_fresh, finish, greedy, make_loop,
-                                     system_text)
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from tests.runtime.llama.test_prefix_llama import (
+    SYSTEM_TOKENS,
+    check_live_kv,
+    computed_fresh,
+    finish,
+    greedy,
+    make_loop,
+    system_text,
+)
 
 
 def _held_cells(engine: LlamaEngine) -> int:
@@ -82,9 +89,9 @@ def test_sequences_that_mostly_share_a_system_prompt_stay_resident(arch_model_pa
 
 
 def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
+    from swarm_panel.app.service.step_feed import StepFeed
     from swarm_panel.runtime.serving.metrics import MetricsAggregator
     from swarm_panel.ui.plots.live_plots import PlotsPanel
-    from swarm_panel.app.service.step_feed import StepFeed
 
     with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
         metrics = MetricsAggregator()

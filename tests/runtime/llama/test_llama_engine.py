@@ -6,12 +6,12 @@ import os
 
 import pytest
 
+from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
 from swarm_panel.runtime.models.demo import CHAT_TEMPLATE, MODEL_NAME
 from swarm_panel.runtime.serving.detokenizer import StopStringDetokenizer
-from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
 from swarm_panel.runtime.serving.output_processor import OutputProcessor
-from swarm_panel.runtime.core.request import Request, SamplingParams
 
 PROMPTS = [
     "the agent can call a tool",

@@ -9,10 +9,10 @@ import pytest
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import RequestRejected, Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
 
 PROMPTS = ["the agent can call a tool", "hello world", "what is this", "we will do it", "how are you",
            "from all of that", "if you can", "about the model"]

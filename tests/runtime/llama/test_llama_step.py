@@ -7,9 +7,9 @@ import llama_cpp
 import pytest
 
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.core.request import Request, SamplingParams
 
 
 def greedy(n: int) -> SamplingParams:

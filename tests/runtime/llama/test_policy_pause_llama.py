@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from swarm_panel.runtime.core.clock import RealClock
-from swarm_panel.runtime.workloads.closed_loop import exact_tokens
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.core.stats import LANE_STALLED
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.workloads.closed_loop import exact_tokens
 
 # (agent, output tokens): the heavy agent has been served before, so least-attained-service ranks it last.
 JOBS = (("heavy", 150), ("b", 40), ("c", 40), ("d", 40))

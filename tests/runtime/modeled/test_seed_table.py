@@ -3,12 +3,12 @@
 import pytest
 
 from swarm_panel.runtime.core.clock import VirtualClock
-from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.fit import StepLine
-from swarm_panel.runtime.policies.registry import predicted_tok_s
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B as CARD
+from swarm_panel.runtime.policies.registry import predicted_tok_s
+from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload
 
 WIDTH = 8

@@ -9,7 +9,13 @@ import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from swarm_panel.runtime.models import demo as demo_model
-from swarm_panel.runtime.models.demo import CHAT_TEMPLATE, MODEL_NAME, default_demo_model_path, ensure_demo_model, write_demo_model
+from swarm_panel.runtime.models.demo import (
+    CHAT_TEMPLATE,
+    MODEL_NAME,
+    default_demo_model_path,
+    ensure_demo_model,
+    write_demo_model,
+)
 
 
 def _field(reader: gguf.GGUFReader, key: str):

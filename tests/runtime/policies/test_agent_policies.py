@@ -6,12 +6,12 @@ import pytest
 
 from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathWorkload
-from swarm_panel.runtime.workloads.critical_path_run import run_critical_path
-from swarm_panel.runtime.modeled.engine import ModeledEngine
-from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.core.request import RequestStatus
 from swarm_panel.runtime.core.stats import LANE_STALLED
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.policies.registry import POLICY_NAMES
+from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathWorkload
+from swarm_panel.runtime.workloads.critical_path_run import run_critical_path
 from tests.helpers import Harness
 
 

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from swarm_panel.runtime.core.clock import VirtualClock
-from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, PrefixOpKind
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
+from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, PrefixCache, common_prefix_len
-from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.metrics import MetricsAggregator
+from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.workloads.workload import SwarmWorkload
 
 SYSTEM = list(range(100, 140))  # 40 tokens every agent shares

@@ -4,10 +4,10 @@ import pytest
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
-from swarm_panel.runtime.scheduling.limits import checked_config
 from swarm_panel.runtime.core.request import RequestStatus
-from swarm_panel.runtime.scheduling.scheduler import RequestRejected
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_PREFILL
+from swarm_panel.runtime.scheduling.limits import checked_config
+from swarm_panel.runtime.scheduling.scheduler import RequestRejected
 from tests.helpers import Harness
 
 

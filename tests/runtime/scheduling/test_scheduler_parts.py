@@ -10,17 +10,16 @@ import pytest
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.fit import StepLine
-from swarm_panel.runtime.policies.registry import predicted_tok_s
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
-from swarm_panel.runtime.modeled.engine import ModeledEngine
-from swarm_panel.runtime.policies.batching import Admission
-from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, POLICY_NAMES
-from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
-from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.core.step_outcome import StepOutcome
+from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
+from swarm_panel.runtime.policies.batching import Admission
+from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
+from swarm_panel.runtime.scheduling.kv_budget import KVBudget
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from tests.helpers import Harness
 
 

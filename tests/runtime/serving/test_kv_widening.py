@@ -14,8 +14,8 @@ import pytest
 
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.core.engine import EngineError
-from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
 

@@ -3,8 +3,8 @@ import statistics
 import pytest
 
 from swarm_panel.runtime.core.fit import StepLine, ceiling_tok_s, fit_step_line
-from swarm_panel.runtime.serving.metrics import MetricsAggregator, percentile
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B as CARD
+from swarm_panel.runtime.serving.metrics import MetricsAggregator, percentile
 from tests.helpers import Harness
 
 

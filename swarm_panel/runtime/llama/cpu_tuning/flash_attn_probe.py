@@ -28,10 +28,16 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
-from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import machine_key, model_key, pruned_verdicts, read_verdicts, write_verdicts
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve
+from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import (
+    machine_key,
+    model_key,
+    pruned_verdicts,
+    read_verdicts,
+    write_verdicts,
+)
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.llama.engine import LlamaEngine

@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
+from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning import flash_attn_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower, distinct_tokens
-from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.serving.engine_thread import EngineThread
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.serving.engine_thread import EngineThread
 
 # Flash attention cheaper at 100 tokens, the plain path far cheaper at 1,000 (as on an Ice Lake Xeon).
 CURVE = AttentionCurve(contexts=(100, 1000), on=(0.040, 0.120), off=(0.045, 0.075), prompt_token=(0.003, 0.003))

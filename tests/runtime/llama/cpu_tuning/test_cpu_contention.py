@@ -15,12 +15,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import CpuClock, ThreadGovernor
-from swarm_panel.ui.shell.status_bar import threads_note
-from swarm_panel.runtime.llama.engine import LlamaEngine, default_threads
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from tests.runtime.llama.test_llama_engine import run
+from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import CpuClock, ThreadGovernor
+from swarm_panel.runtime.llama.engine import LlamaEngine, default_threads
+from swarm_panel.ui.shell.status_bar import threads_note
 from tests.app.server.test_server_common import running, settings
+from tests.runtime.llama.test_llama_engine import run
 
 linux_only = pytest.mark.skipif(CpuClock.here() is None, reason="reads /proc/stat")
 

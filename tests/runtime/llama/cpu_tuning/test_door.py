@@ -9,10 +9,10 @@ import llama_cpp
 import pytest
 
 from swarm_panel.app.service.engine_factory import build_engine
+from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning import door, extra_buffers_probe, flash_attn_probe
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
 from tests.runtime.llama.test_llama_engine import run
-from swarm_panel.runtime.core.request import Request, SamplingParams
 
 
 def _no_probe(*args, **kwargs):

@@ -6,9 +6,9 @@ import json
 import os
 import shutil
 import sys
+from unittest.mock import ANY
 
 import pytest
-from unittest.mock import ANY
 
 from swarm_panel.runtime.llama.cpu_tuning import extra_buffers_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
