@@ -306,6 +306,8 @@ class EngineThread:
         log.info("the new context took over %d live requests (recomputing) and %d waiting", live,
                  len(scheduler.waiting) - live)
         self.loop.output.max_context = self.engine.max_context
+        # Published at once: a request admitted after the outcome is known must see the new caps.
+        self._snapshot = self._take_snapshot()
         return failure
 
     def _enqueue(self, request: Request, posted: float) -> None:

@@ -13,9 +13,11 @@ import openai
 import pytest
 
 from swarm_panel.app.service.engine_service import SwarmService
+from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineError
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
+from swarm_panel.runtime.serving.engine_thread import EngineThread
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
 
@@ -294,3 +296,29 @@ def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path)
         wait_until(lambda: bool(done) and done[-1].finished, what="the long request to end")
         assert done[-1].error is None and request.num_output_tokens == 4
         assert service.describe()["kv_unified"] is True
+
+
+def test_admission_settles_once_and_a_widening_is_published_with_its_outcome(tiny_model_path):
+    """EngineThread.admit reads the snapshot's caps; the widening it asks for is in the next snapshot
+    by the time its outcome is known, so the same request's submit finds it done and widens nothing."""
+    with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
+                     flash_attn="off") as engine:
+        thread = EngineThread(engine, SchedulerConfig(num_lanes=2))
+        thread.start()
+        try:
+            assert thread.snapshot().caps.widens_to == 8192
+            settled, widening = thread.admit(5000, None)
+            assert settled.widens and widening is not None and settled.max_tokens == 8192 - 5000
+            # Read the moment the outcome is set, on the engine thread: the snapshot already has the new caps.
+            seen: list[int] = []
+            widening.add_done_callback(lambda _: seen.append(thread.snapshot().caps.widens_to))
+            assert widening.result(timeout=60) is None
+            assert seen == [0]
+            assert (thread.snapshot().caps.max_context, thread.snapshot().caps.widens_to) == (8192, 0)
+            again, none = thread.admit(5000, settled.max_tokens)
+            assert (again.widens, none) == (False, None)
+            short, _ = thread.admit(100, None)
+            # A default max_tokens keeps to a lane's share while the layout is wide.
+            assert short.max_tokens == 4096 - 100
+        finally:
+            thread.stop()
