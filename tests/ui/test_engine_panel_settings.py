@@ -32,3 +32,21 @@ def test_the_layout_choice_offers_every_kv_unified_value_and_round_trips(qtbot):
         panel.select("llama", None, value)
         assert panel.kv_unified is value
         assert Settings(**engine_changes("bundled", "", panel.kv_unified)).kv_unified is value
+
+
+def test_the_engine_box_shows_the_memory_plan_before_load(qtbot, tiny_qwen35_model_path):
+    from swarm_panel.app.service.plan_report import settings_plan
+    from swarm_panel.ui.panels.engine_panel import EnginePanel
+
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    settings = Settings(num_lanes=4, n_ctx=4096)
+    panel.select("llama", str(tiny_qwen35_model_path))
+    panel.plan_for(settings)
+    expected = settings_plan(settings.model_copy(update={"model": tiny_qwen35_model_path, "kv_unified": None}),
+                             device_bytes=None)
+    assert f"Needs {expected.device_total / (1 << 30):.2f} GiB" in panel.plan.text()
+    assert "recurrent" in panel.plan.text() and "4 lanes x 1,024 tokens" in panel.plan.text()
+    assert "KV cache" in panel.plan.toolTip()
+    panel.select("modeled", None)
+    assert panel.plan.text() == ""

@@ -16,6 +16,7 @@ from swarm_panel.app.cli import bench, serve
 from swarm_panel.app.cli import chaos as chaos_cli
 from swarm_panel.app.cli import demo_model as demo_model_cli
 from swarm_panel.app.cli import gateway as gateway_cli
+from swarm_panel.app.cli import plan as plan_cli
 from swarm_panel.app.cli import swarm as swarm_cli
 from swarm_panel.runtime.core.engine import EngineLoadError
 
@@ -40,6 +41,7 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
     swarm_cli.register(sub)
     chaos_cli.register(sub)
     demo_model_cli.register(sub)
+    plan_cli.register(sub)
     if front_end is not None:
         front_end.register(sub)
     return parser

@@ -9,7 +9,9 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
+from swarm_panel.app.service.plan_report import machine_ram, report, settings_plan
 from swarm_panel.app.settings.fields import choices, field_spec
+from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
 from swarm_panel.ui.toolkit import theme
@@ -142,6 +144,11 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.progress.setMaximumHeight(6)
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
+        # What the choice will need in memory, from the GGUF header, before Load (swarm-panel plan).
+        self.plan = QtWidgets.QLabel("")
+        self.plan.setWordWrap(True)
+        self.plan.setStyleSheet(f"color: {theme.TEXT_DIM}")
+        self._settings: Settings | None = None
         self.warning = QtWidgets.QLabel("")
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
@@ -152,6 +159,8 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.facts.setColumnStretch(1, 1)
         self.facts.setColumnStretch(3, 1)
         self.choice.currentIndexChanged.connect(self._choice_changed)
+        self.layout_choice.currentIndexChanged.connect(self.refresh_plan)
+        self.path.editingFinished.connect(self.refresh_plan)
 
         path_row = QtWidgets.QHBoxLayout()
         path_row.addWidget(self.path, 1)
@@ -168,6 +177,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         llama_row.addWidget(self.extra_buffers, 1)
         llama_row.addWidget(self.threads)
         layout.addLayout(llama_row)
+        layout.addWidget(self.plan)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
@@ -183,6 +193,39 @@ class EnginePanel(QtWidgets.QGroupBox):
         llama = self.choice.currentData() not in ("modeled", "fleet")
         for widget in (self.layout_choice, self.extra_buffers, self.threads):
             widget.setVisible(llama)
+        self.refresh_plan()
+
+    def plan_for(self, settings: Settings) -> None:
+        """The settings the next Load starts from (lanes, context, KV type): the plan line follows them."""
+        self._settings = settings
+        self.refresh_plan()
+
+    def refresh_plan(self) -> None:
+        choice = self.choice.currentData()
+        if self._settings is None or choice in ("modeled", "fleet") or (choice == "gguf" and not self.path.text().strip()):
+            self.plan.setText("")
+            self.plan.setToolTip("")
+            return
+        changes = engine_changes(choice, self.path.text().strip(), self.kv_unified)
+        settings = self._settings.model_copy(update=changes)
+        # Offloaded weights go to a card whose memory this process cannot know before llama.cpp loads.
+        device = machine_ram() if settings.n_gpu_layers == 0 else None
+        try:
+            plan = settings_plan(settings, device_bytes=device)
+        except (OSError, ValueError) as exc:
+            self.plan.setText(f"Memory plan: {exc}")
+            self.plan.setToolTip("")
+            return
+        gib = 1 << 30
+        where = f" of {device / gib:.1f} GiB RAM" if device else ""
+        parts = f"weights {plan.weights / gib:.2f}, KV {plan.kv / gib:.2f}"
+        if plan.recurrent:
+            parts += f", recurrent {plan.recurrent / gib:.2f}"
+        parts += f", compute {plan.compute / gib:.2f}"
+        verdict = "" if plan.fits else " Does not fit: " + "; ".join(plan.problems)
+        self.plan.setText(f"Needs {plan.device_total / gib:.2f} GiB{where} ({parts}) for {plan.settings.lanes} lanes "
+                          f"x {plan.settings.context:,} tokens, {plan.settings.kv_type} KV.{verdict}")
+        self.plan.setToolTip("\n".join(report(plan)))
 
     def _browse(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Choose a GGUF model", self.path.text(),

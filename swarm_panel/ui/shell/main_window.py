@@ -429,6 +429,7 @@ class MainWindow(QtWidgets.QMainWindow):
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
                                  settings.kv_unified, settings.threads, settings.extra_buffers)
+        self.engine_panel.plan_for(settings)
         if self.service.loaded:
             engine = self.service.engine
             self.controls.set_limits(engine.max_lanes, engine.kv_capacity)
