@@ -17,7 +17,13 @@ import numpy as np
 import platformdirs
 
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE
-from swarm_panel.runtime.models.demo_hybrid import HYBRID_SHAPES, add_hybrid_hparams, add_hybrid_tensors
+from swarm_panel.runtime.models.demo_hybrid import (
+    HYBRID_SHAPES,
+    HybridShape,
+    TensorSpec,
+    add_hybrid_hparams,
+    add_hybrid_tensors,
+)
 
 DemoSize = Literal["tiny", "demo"]
 DemoArch = Literal["llama", "qwen35"]
@@ -49,8 +55,9 @@ _WORDS = (
 ).split()
 _CHARACTERS = list("abcdefghijklmnopqrstuvwxyz.,:;!?'\"-0123456789")
 
-def build_vocab() -> tuple[list[str], list[float], list[int]]:
-    """SPM vocabulary with byte fallback: specials, 256 byte tokens, then word pieces.
+def build_vocab(n_vocab: int = 0) -> tuple[list[str], list[float], list[int]]:
+    """SPM vocabulary with byte fallback: specials, 256 byte tokens, then word pieces, then (to make n_vocab
+    tokens in all) unused fillers, which give the embedding and output matrices a real model's size.
 
     llama.cpp's SPM tokenizer merges adjacent symbols only into pieces that exist, so every
     prefix of a word piece is in the vocabulary too.
@@ -69,27 +76,27 @@ def build_vocab() -> tuple[list[str], list[float], list[int]]:
     types += [gguf.TokenType.NORMAL] * len(pieces)
     # Longer pieces score higher, so the tokenizer prefers whole words.
     scores = [0.0] * (5 + 256) + [float(len(p)) for p in pieces]
+    if n_vocab and n_vocab < len(tokens):
+        raise ValueError(f"the demo vocabulary has {len(tokens)} tokens, more than {n_vocab}")
+    # UNUSED, not CONTROL: llama.cpp scans every control token for each text it tokenizes.
+    fillers = max(0, n_vocab - len(tokens))
+    tokens += [f"<|filler_{i}|>" for i in range(fillers)]
+    types += [gguf.TokenType.UNUSED] * fillers
+    scores += [0.0] * fillers
     return tokens, scores, [int(t) for t in types]
 
 
-def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0,
-                     arch: DemoArch = "llama") -> Path:
-    if size not in SHAPES:
-        raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}")
-    if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {list(ARCHS)}, got {arch!r}")
-    path = Path(path)
-    tokens, scores, types = build_vocab()
-    n_vocab = len(tokens)
-
-    writer = gguf.GGUFWriter(str(path), arch)
+def add_demo_metadata(writer: gguf.GGUFWriter, shape: DemoShape | HybridShape, tokens: list[str],
+                      scores: list[float], types: list[int]) -> None:
+    """Everything but the tensors: name, file type (F16), hyperparameters, vocabulary and chat template."""
+    arch = writer.arch
     writer.add_name(MODEL_NAME if arch == "llama" else f"{MODEL_NAME}, {arch}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    if arch == "llama":
-        _add_llama_hparams(writer, SHAPES[size])
+    if isinstance(shape, HybridShape):
+        add_hybrid_hparams(writer, shape)
     else:
-        add_hybrid_hparams(writer, HYBRID_SHAPES[size])
-    writer.add_vocab_size(n_vocab)
+        _add_llama_hparams(writer, shape)
+    writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -103,18 +110,44 @@ def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    rng = np.random.default_rng(seed)
-    if arch == "llama":
-        dim = _add_llama_tensors(writer, SHAPES[size], n_vocab, rng)
-    else:
-        dim = add_hybrid_tensors(writer, HYBRID_SHAPES[size], n_vocab, rng)
-    writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
+
+def head_tensor_specs(dim: int, n_vocab: int) -> list[TensorSpec]:
+    """The output norm and head, written after the layers."""
     # Logits with a spread of a few units: greedy picks are clear, sampling is not degenerate.
-    # Byte and control tokens get smaller logits, so output reads as (random) words and rarely ends early.
-    output = (rng.standard_normal((n_vocab, dim), dtype=np.float32) * (3.0 / np.sqrt(dim))).astype(np.float16)
-    word_pieces = np.array([t == gguf.TokenType.NORMAL for t in types])
-    output[~word_pieces] *= 0.25
-    writer.add_tensor("output.weight", output)
+    return [TensorSpec("output_norm.weight", (dim,), "ones"),
+            TensorSpec("output.weight", (n_vocab, dim), "normal", 3.0 / np.sqrt(dim))]
+
+
+def damp_non_words(output_rows: np.ndarray, row_types: np.ndarray) -> None:
+    """Byte, control and filler tokens get smaller logits, so output reads as (random) words and rarely ends early."""
+    output_rows[row_types != gguf.TokenType.NORMAL] *= 0.25
+
+
+def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0,
+                     arch: DemoArch = "llama") -> Path:
+    if size not in SHAPES:
+        hint = " (a real model's shape: runtime.models.target_shape writes it)" if size in HYBRID_SHAPES else ""
+        raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}{hint}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {list(ARCHS)}, got {arch!r}")
+    path = Path(path)
+    shape = SHAPES[size] if arch == "llama" else HYBRID_SHAPES[size]
+    tokens, scores, types = build_vocab()
+    n_vocab = len(tokens)
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    add_demo_metadata(writer, shape, tokens, scores, types)
+
+    rng = np.random.default_rng(seed)
+    if isinstance(shape, HybridShape):
+        dim = add_hybrid_tensors(writer, shape, n_vocab, rng)
+    else:
+        dim = _add_llama_tensors(writer, shape, n_vocab, rng)
+    for spec in head_tensor_specs(dim, n_vocab):
+        tensor = spec.draw(rng)
+        if spec.name == "output.weight":
+            damp_non_words(tensor, np.array(types))
+        writer.add_tensor(spec.name, tensor)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
