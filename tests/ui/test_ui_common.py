@@ -21,8 +21,9 @@ STEADY_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 3.4, "per_row_
 
 def fast_service(card=FAST_CARD, **overrides) -> SwarmService:
     values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "num_lanes": 8, "policy": "naive"} | overrides
-    return SwarmService(Settings(**values), engine_factory=lambda s: ModeledEngine(card, realtime=True,
-                                                                                  max_lanes=64))
+    # The factory honours the settings' KV type, as engine_factory does for the modeled card.
+    return SwarmService(Settings(**values), engine_factory=lambda s: ModeledEngine(card.with_kv_type(s.kv_type),
+                                                                                  realtime=True, max_lanes=64))
 
 
 @pytest.fixture

@@ -12,11 +12,13 @@ from swarm_panel.app.cli import bench_critical_path
 from swarm_panel.app.service.engine_factory import add_engine_arguments, engine_for
 from swarm_panel.app.settings.flags import add_settings_arguments
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
-from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.config import MAX_LANES, SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, Sample, StepPlan, StepResult
 from swarm_panel.runtime.core.fit import StepLine, fit_step_line
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.modeled.ceiling import DEFAULT_CONTEXTS, ceiling_table
 from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.policies.registry import BATCHING_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.workloads.closed_loop import RunResult, run_closed_loop
@@ -80,6 +82,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens of context the sweep's decodes attend over (default: the workload's mean, "
                         "per decode row)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ceiling = p.add_argument_group("ceiling against context (--ceiling)")
+    ceiling.add_argument("--ceiling", action="store_true",
+                         help="run nothing: print the modeled card's ceiling B/t(B) against context for each KV type, "
+                              "at the most lanes that fit in its memory (at most --num-lanes, if given)")
+    ceiling.add_argument("--ceiling-contexts", type=int_list, default=None, metavar="N,N,...",
+                         help="tokens of context a sequence holds, one row each (default: the profile's reference "
+                              "context, then " + ",".join(map(str, DEFAULT_CONTEXTS)) + ")")
     bench_critical_path.add_arguments(p)
     p.set_defaults(run=run_bench)
 
@@ -91,6 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.ceiling:
+        return run_ceiling(args)
     if args.critical_path:
         return bench_critical_path.run(args, None if args.policy == "all" else (args.policy,))
     num_lanes = args.num_lanes or min(args.agents, 256)
@@ -142,6 +153,32 @@ def run_bench(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         _print_table(results, workload, num_lanes, engine, fit, predictions, priced)
+    return 0
+
+
+def run_ceiling(args: argparse.Namespace) -> int:
+    """The ceiling table: pure arithmetic on the modeled card's profile, so no engine is built."""
+    if args.engine != "modeled":
+        raise ValueError("--ceiling is the modeled card's arithmetic: use --engine modeled")
+    profile = PROFILES[args.profile]
+    contexts = args.ceiling_contexts or (profile.reference_context, *DEFAULT_CONTEXTS)
+    max_lanes = args.num_lanes or MAX_LANES
+    table = ceiling_table(profile, tuple(contexts), max_lanes=max_lanes)
+    if args.json:
+        print(json.dumps({"profile": profile.name, "reference_context": profile.reference_context,
+                          "reference_kv_type": profile.reference_kv_type, "max_lanes": max_lanes,
+                          "ceilings": {kv: [c.as_dict() for c in row] for kv, row in table.items()}}))
+        return 0
+    p = profile
+    print(f"ceiling B/t(B) of {p.model} on {p.card}, at the most lanes of each context that fit in "
+          f"{p.vram_gib:g} GiB ({p.reserved_gib:g} GiB kept for the driver; at most {max_lanes} lanes)")
+    print(f"t(B) = {p.floor_ms:g} + {p.per_row_compute_ms:.3f}B ms + B x context x KV read; the article's "
+          f"{p.floor_ms:g} + {p.per_row_ms:g}B at {p.reference_context:,} tokens of {p.reference_kv_type} KV")
+    print("KV read a token of context at " + f"{p.bandwidth_gbs:g} GB/s: " + ", ".join(
+        f"{kv} {p.with_kv_type(kv).kv_bytes_per_token:,} B = {p.kv_read_ms(kv) * 1e6:.1f} ns" for kv in table))
+    print(f"{'context':>9}" + "".join(f"{kv + ' tok/s':>13}{'lanes':>7}" for kv in table))
+    for i, context in enumerate(contexts):
+        print(f"{context:>9,}" + "".join(f"{row[i].tok_s:>13.1f}{row[i].lanes:>7}" for row in table.values()))
     return 0
 
 
@@ -310,8 +347,9 @@ def _print_table(results, workload, num_lanes, engine, fit: Sweep | None, predic
                  f"(+ reply + {workload.tool_tokens}-token tool result per turn)" if workload.conversation else ""))
     if isinstance(engine, ModeledEngine):
         p = engine.profile
-        print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms; ceiling at B={num_lanes}: "
-              f"{p.ceiling_tok_s(num_lanes):.1f} tok/s")
+        here = "" if p.kv_type == p.reference_kv_type else f" ({p.kv_type} KV here)"
+        print(f"cost model t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms at {p.reference_context:,} tokens of context, "
+              f"{p.reference_kv_type} KV{here}; ceiling at B={num_lanes}: {p.ceiling_tok_s(num_lanes):.1f} tok/s")
     if fit is not None:
         widths = ", ".join(f"B={b}: {ms:.1f} ms" for b, ms in fit.median_ms.items())
         print(f"measured decode steps at ~{fit.context} tokens of context (median): {widths}")

@@ -53,7 +53,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     `progress` hears each start-up stage: the model's copy, the CPU probes, the weights' load."""
     o = options
     if o.engine == "modeled":
-        return ModeledEngine(PROFILES[o.profile], realtime=realtime, max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
+        return ModeledEngine(PROFILES[o.profile].with_kv_type(o.kv_type), realtime=realtime,
+                             max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
     from swarm_panel.runtime.llama.cpu_tuning.door import engine_tuning
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
@@ -99,7 +100,9 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
     real model, "demo" the random-weight one."""
     if model is None or str(model) == BUNDLED_ALIAS:
         shipped = bundled_model_path()
-        if n_gpu_layers != 0:
+        from swarm_panel.runtime.llama.engine import on_cpu
+
+        if not on_cpu(n_gpu_layers):
             return shipped, None
         progress(f"preparing an F16 copy of {shipped.name} for the CPU (written once)", None)
         try:

@@ -58,12 +58,15 @@ class Settings(BaseSettings):
 
     n_ctx: int = Field(32768, ge=256, le=1 << 20, description="llama.cpp context size: every lane's KV together")
     n_batch: int = Field(512, ge=32, le=65536, description="Most tokens one llama.cpp step may carry")
-    n_gpu_layers: int = Field(0, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all)")
+    n_gpu_layers: int = Field(-1, ge=-1, le=1000, description="Layers offloaded to the GPU (-1 = all, 0 = none); a "
+                              "llama.cpp built without a GPU backend runs every layer on the CPU whatever this says")
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto", description="llama.cpp flash attention; auto, on a CPU-only run with an F16 cache, is whichever "
         "made 8-lane decode steps faster when timed once on this CPU and model (its CPU kernel is several times "
         "slower on some CPUs and faster on others; remembered), and llama.cpp's choice elsewhere")
-    kv_type: Literal["f16", "q8_0", "q4_0"] = Field("f16", description="KV cache element type")
+    kv_type: Literal["f16", "q8_0", "q4_0"] = Field(
+        "f16", description="KV cache element type: llama.cpp's cache, or the modeled card's (what its KV holds "
+        "and each step reads)")
     threads: int | None = Field(
         None, ge=1, le=1024, description="CPU threads for llama.cpp; none means every core on a CPU-only run "
         "(every core but one in the desktop panel, whose painting would stall llama.cpp's barriers), less "

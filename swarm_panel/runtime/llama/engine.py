@@ -425,7 +425,7 @@ class LlamaEngine:
             extra_buffers=self.extra_buffers,
             extra_buffers_reason=self.extra_buffers_reason,
             note=self.note,
-            device="GPU" if facts["gpu_offload_supported"] and self.n_gpu_layers != 0 else "CPU",
+            device="CPU" if on_cpu(self.n_gpu_layers) else "GPU",
         )
         return facts
 

@@ -3,6 +3,10 @@
 It lets the panel and the benchmarks show the article's card on any machine: durations come from
 the cost model, tokens are placeholder words (stop strings apply to them as to real text). In real time it sleeps for the modeled duration.
 
+Each row reads its sequence's whole context (its start plus the tokens it feeds) in the profile's KV
+type, so a step's cost grows with its rows' contexts, and the profile's KV type sets how many tokens
+the KV holds (CardProfile.step_ms, kv_capacity_tokens).
+
 A profile with a recurrent state (Qwen3.5 is a hybrid) follows the llama engine's memory rules: the
 scheduler charges that state once per sequence held, and resumes sequences only at checkpoints,
 which this engine keeps (their cost, not their bytes) after the rows marked for one.
@@ -56,6 +60,7 @@ class ModeledEngine:
         self.profile = profile
         self.realtime = realtime
         self.name = f"modeled: {profile.model} on {profile.card}"
+        self.kv_type = profile.kv_type
         self.kv_capacity = profile.kv_capacity_tokens
         self.max_context = profile.max_context
         self.max_step_tokens = max_step_tokens
@@ -108,12 +113,15 @@ class ModeledEngine:
             "device": p.card,
             "n_ctx": p.max_context,
             "kv_capacity_tokens": self.kv_capacity,
-            "kv_type": "f16",
+            "kv_type": p.kv_type,
             "memory_kind": self.memory_kind,
             "checkpoints": len(self.checkpoints) if self.checkpoints is not None else 0,
             "checkpoint_bytes": self.checkpoints.num_bytes if self.checkpoints is not None else 0,
             "recurrent_state_bytes": p.recurrent_state_bytes,
             "step_line": f"t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms",
+            # The line holds at this context a sequence; each token beyond it adds its KV read to a row.
+            "reference_context": p.reference_context,
+            "kv_read_ns_per_token": p.kv_read_ms_per_token * 1e6,
             "note": "Modeled card: step times follow the cost model; tokens are placeholder words.",
         }
 

@@ -9,7 +9,7 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
-from swarm_panel.app.service.plan_report import machine_ram, report, settings_plan
+from swarm_panel.app.service.plan_report import machine_ram, offloads, report, settings_plan
 from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
@@ -35,6 +35,14 @@ EXTRA_BUFFERS_TIP = ("llama.cpp's extra buffer types (AMX, repacked CPU weights)
 THREADS_TIP = ("llama.cpp's CPU threads. Auto: every core but one on a CPU-only run, so the panel's painting "
                "never stalls llama.cpp's thread barriers (a headless serve takes every core); llama.cpp's own "
                "default with GPU offload.")
+KV_TYPE_LABELS = {"f16": "KV cache: f16", "q8_0": "KV cache: q8_0 (1.88x the tokens of f16)",
+                  "q4_0": "KV cache: q4_0 (3.56x the tokens of f16)"}
+# The box offers what the setting accepts, in its order; a new choice there needs a label here (KeyError).
+KV_TYPES = tuple((key, KV_TYPE_LABELS[key]) for key in choices("kv_type"))
+KV_TYPE_TIP = ("The KV cache's element type: a quantized cache holds more tokens in the same memory and reads fewer "
+               "bytes a step, so more lanes fit and long contexts cost less. On the modeled card it switches at once "
+               "(the card reloads in a moment; the ceiling plot follows); a llama.cpp model takes it at the next Load "
+               "(q8_0 and q4_0 need flash attention).")
 LAYOUTS = (
     (None, f"KV layout by lane share: split from {SPLIT_KV_MIN_LANE_TOKENS:,} tokens a lane"),
     (True, "Unified KV: lanes share one pool and their prompt prefixes"),
@@ -74,11 +82,12 @@ def _format(key: str, value: Any) -> str:
 
 
 def engine_changes(choice: str, model_path: str, kv_unified: bool | None = None, threads: int | None = None,
-                   extra_buffers: str = "auto") -> dict[str, Any]:
-    """The SwarmService.reload changes one engine choice asks for."""
+                   extra_buffers: str = "auto", kv_type: str | None = None) -> dict[str, Any]:
+    """The SwarmService.reload changes one engine choice asks for (`kv_type`: none keeps the setting's)."""
+    kv = {"kv_type": kv_type} if kv_type else {}
     if choice == "modeled":
-        return {"engine": "modeled"}
-    llama = {"engine": "llama", "kv_unified": kv_unified, "threads": threads, "extra_buffers": extra_buffers}
+        return {"engine": "modeled", **kv}
+    llama = {"engine": "llama", "kv_unified": kv_unified, "threads": threads, "extra_buffers": extra_buffers, **kv}
     if choice == "bundled":
         return {**llama, "model": None}
     if choice == "demo":
@@ -120,11 +129,17 @@ class EnginePanel(QtWidgets.QGroupBox):
         for unified, label in LAYOUTS:
             self.layout_choice.addItem(label, unified)
         self.layout_choice.setToolTip(LAYOUT_TIP)
+        self.kv_type = QtWidgets.QComboBox()
+        for key, label in KV_TYPES:
+            self.kv_type.addItem(label, key)
+        self.kv_type.setToolTip(KV_TYPE_TIP)
+        # The engine the facts show (its kind and KV type): a KV switch on a loaded modeled card reloads it.
+        self._loaded: tuple[str | None, str | None] | None = None
         self.extra_buffers = QtWidgets.QComboBox()
         for key, label in EXTRA_BUFFERS:
             self.extra_buffers.addItem(label, key)
         self.extra_buffers.setToolTip(EXTRA_BUFFERS_TIP)
-        for combo in (self.choice, self.layout_choice, self.extra_buffers):
+        for combo in (self.choice, self.layout_choice, self.kv_type, self.extra_buffers):
             # Long choice texts must not widen the column; the popup still shows them whole.
             combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(16)
@@ -160,6 +175,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.facts.setColumnStretch(3, 1)
         self.choice.currentIndexChanged.connect(self._choice_changed)
         self.layout_choice.currentIndexChanged.connect(self.refresh_plan)
+        self.kv_type.currentIndexChanged.connect(self._kv_type_changed)
         self.path.editingFinished.connect(self.refresh_plan)
 
         path_row = QtWidgets.QHBoxLayout()
@@ -173,6 +189,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         layout.addLayout(path_row)
         layout.addWidget(self.backends)
         layout.addWidget(self.layout_choice)
+        layout.addWidget(self.kv_type)
         llama_row = QtWidgets.QHBoxLayout()
         llama_row.addWidget(self.extra_buffers, 1)
         llama_row.addWidget(self.threads)
@@ -193,7 +210,14 @@ class EnginePanel(QtWidgets.QGroupBox):
         llama = self.choice.currentData() not in ("modeled", "fleet")
         for widget in (self.layout_choice, self.extra_buffers, self.threads):
             widget.setVisible(llama)
+        self.kv_type.setVisible(self.choice.currentData() != "fleet")
         self.refresh_plan()
+
+    def _kv_type_changed(self) -> None:
+        self.refresh_plan()
+        if (self.choice.currentData() == "modeled" and self._loaded is not None and self._loaded[0] == "modeled"
+                and self._loaded[1] != self.kv_type.currentData()):
+            self._load()
 
     def plan_for(self, settings: Settings) -> None:
         """The settings the next Load starts from (lanes, context, KV type): the plan line follows them."""
@@ -206,10 +230,10 @@ class EnginePanel(QtWidgets.QGroupBox):
             self.plan.setText("")
             self.plan.setToolTip("")
             return
-        changes = engine_changes(choice, self.path.text().strip(), self.kv_unified)
+        changes = engine_changes(choice, self.path.text().strip(), self.kv_unified, kv_type=self.kv_type.currentData())
         settings = self._settings.model_copy(update=changes)
         # Offloaded weights go to a card whose memory this process cannot know before llama.cpp loads.
-        device = machine_ram() if settings.n_gpu_layers == 0 else None
+        device = None if offloads(settings) else machine_ram()
         try:
             plan = settings_plan(settings, device_bytes=device)
         except (OSError, ValueError) as exc:
@@ -247,16 +271,19 @@ class EnginePanel(QtWidgets.QGroupBox):
             self.set_error("Choose a GGUF file first.")
             return
         self.load_requested.emit(engine_changes(choice, self.path.text().strip(), self.kv_unified,
-                                                self.threads.value() or None, self.extra_buffers.currentData()))
+                                                self.threads.value() or None, self.extra_buffers.currentData(),
+                                                self.kv_type.currentData()))
 
     @property
     def kv_unified(self) -> bool | None:
         return self.layout_choice.currentData()
 
     def select(self, engine: str, model: str | None, kv_unified: bool | None = None, threads: int | None = None,
-               extra_buffers: str = "auto") -> None:
+               extra_buffers: str = "auto", kv_type: str = "f16") -> None:
         key = choice_for(engine, model)
         self.choice.setCurrentIndex([k for k, _ in CHOICES].index(key))
+        with QtCore.QSignalBlocker(self.kv_type):  # showing the setting is no switch
+            self.kv_type.setCurrentIndex([k for k, _ in KV_TYPES].index(kv_type))
         self.layout_choice.setCurrentIndex([u for u, _ in LAYOUTS].index(kv_unified))
         self.extra_buffers.setCurrentIndex([k for k, _ in EXTRA_BUFFERS].index(extra_buffers))
         self.threads.setValue(threads or 0)
@@ -267,6 +294,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.progress.setRange(0, 0)  # busy
         self.load.setEnabled(False)
         self.unload.setEnabled(False)
+        self.kv_type.setEnabled(False)
         self.status.setText(text)
         self.status.setObjectName("")
         self.status.setStyleSheet(f"color: {theme.TEXT_DIM}")
@@ -285,6 +313,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.progress.setValue(0)
         self.load.setEnabled(True)
         self.unload.setEnabled(True)
+        self.kv_type.setEnabled(True)
         self.status.setText(f"Could not load: {message}")
         self.status.setStyleSheet("color: #ff8a80")
 
@@ -302,9 +331,11 @@ class EnginePanel(QtWidgets.QGroupBox):
     def show_facts(self, facts: dict[str, Any] | None) -> None:
         self.progress.setRange(0, 1)
         loaded = bool(facts) and not ("engine" in facts and facts["engine"] is None)
+        self._loaded = (facts.get("engine", "llama"), facts.get("kv_type")) if loaded else None
         self.progress.setValue(1 if loaded else 0)
         self.load.setEnabled(True)
         self.unload.setEnabled(True)
+        self.kv_type.setEnabled(True)
         while self.facts.count():
             # Hidden at once: deleteLater waits for the event loop, and a grab or paint before it would
             # show the old facts under the new ones.

@@ -93,6 +93,8 @@ def _settings(store, engine, model, port, policy, backends=None):
         overrides["threads"] = int(store.get("threads"))
     if store.get("extra_buffers"):
         overrides["extra_buffers"] = store.get("extra_buffers")
+    if store.get("kv_type"):
+        overrides["kv_type"] = store.get("kv_type")
     if port is not None:
         overrides["port"] = port
     if policy is not None:

@@ -24,6 +24,7 @@ from swarm_panel.ui.panels.controls import SchedulerControls
 from swarm_panel.ui.panels.endpoint_panel import EndpointPanel
 from swarm_panel.ui.panels.engine_panel import EnginePanel, Loader, choice_for, writes_real_text
 from swarm_panel.ui.panels.swarm_launcher import SwarmLauncher
+from swarm_panel.ui.plots.ceiling_plot import CeilingPlot
 from swarm_panel.ui.plots.lane_timeline import LaneTimeline
 from swarm_panel.ui.plots.live_plots import PlotsPanel
 from swarm_panel.ui.plots.service_plot import ServicePlot
@@ -101,6 +102,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.controls = SchedulerControls(self.apply_scheduler)
         self.kpis = KpiStrip()
         self.plots = PlotsPanel()
+        # The modeled card's ceiling against context, a tab beside the live plots while that card runs.
+        self.ceiling_plot = CeilingPlot()
         self.service_plot = ServicePlot()
         self.timeline = LaneTimeline()
         self.launcher = SwarmLauncher(lambda: self.service.engine_thread)
@@ -151,7 +154,12 @@ class MainWindow(QtWidgets.QMainWindow):
         right.addWidget(self.cache_panel)
         right.addWidget(self.endpoint, 1)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
-        splitter.addWidget(self.plots)
+        self.plot_tabs = QtWidgets.QTabWidget()
+        self.plot_tabs.setDocumentMode(True)  # no frame: with the tab bar hidden, the live plots look as alone
+        self.plot_tabs.addTab(self.plots, "Live")
+        self.plot_tabs.addTab(self.ceiling_plot, "Ceiling against context (modeled card)")
+        self._show_ceiling_tab(False)
+        splitter.addWidget(self.plot_tabs)
         splitter.addWidget(self.service_plot)
         # A lane clicked in the timeline opens its agent right beside it.
         bottom = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
@@ -274,6 +282,9 @@ class MainWindow(QtWidgets.QMainWindow):
         facts = self.service.describe() if self.service.loaded else None
         self.status.show_figures(line, num_lanes, snapshot.step_rate, snapshot.mean_step_ms, model_line,
                                  measured.get(num_lanes), threads_note(facts) if facts else "")
+        if profile is not None:
+            self.ceiling_plot.set_lanes(num_lanes)
+            self.ceiling_plot.show_swarm(snapshot, self.service.engine.caps.sequence_state_tokens)
         if facts:
             self._follow_layout(facts)
         self.cache_panel.update_from(snapshot)
@@ -355,11 +366,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self._leave_fleet()
         self.service.stop()
         self.engine_panel.show_facts(None)
+        self._show_ceiling_tab(False)
 
     def load_fleet(self, backends: list) -> None:
         """Stops the embedded engine; the endpoint then answers through the gateway in front of `backends`."""
         self.launcher.stop()
         self.service.stop()
+        self._show_ceiling_tab(False)
         self._loading = True
         self.engine_panel.set_busy("Connecting to the backends… (a backend that is down is shown as such)")
         self.fleet.begin(backends, self._fleet_done)
@@ -428,13 +441,25 @@ class MainWindow(QtWidgets.QMainWindow):
         self.launcher.suit_engine(writes_real_text(facts))
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
-                                 settings.kv_unified, settings.threads, settings.extra_buffers)
+                                 settings.kv_unified, settings.threads, settings.extra_buffers, settings.kv_type)
         self.engine_panel.plan_for(settings)
+        profile = getattr(self.service.engine, "profile", None) if self.service.loaded else None
+        if profile is not None:
+            self.ceiling_plot.set_profile(profile)
+        self._show_ceiling_tab(profile is not None)
         if self.service.loaded:
             engine = self.service.engine
             self.controls.set_limits(engine.max_lanes, engine.kv_capacity)
             self.controls.show_config(self.service.engine_thread.config, force=True)
             self.feed.note_config(self.service.engine_thread.config)
+
+    def _show_ceiling_tab(self, shown: bool) -> None:
+        """The ceiling tab exists for the modeled card only; with the live plots alone, no tab bar."""
+        index = self.plot_tabs.indexOf(self.ceiling_plot)
+        self.plot_tabs.setTabVisible(index, shown)
+        self.plot_tabs.tabBar().setVisible(shown)
+        if not shown and self.plot_tabs.currentIndex() == index:
+            self.plot_tabs.setCurrentWidget(self.plots)
 
     # -- endpoint --------------------------------------------------------------------------------
 
@@ -515,6 +540,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.store.set("kv_unified", settings.kv_unified)
         self.store.set("threads", settings.threads or 0)
         self.store.set("extra_buffers", settings.extra_buffers)
+        self.store.set("kv_type", settings.kv_type)
         # Empty means the bundled model; "demo" the random-weight one.
         self.store.set("model_path", str(settings.model) if settings.model else "")
         if self.service.loaded:

@@ -30,13 +30,14 @@ def test_article_arithmetic_gives_the_article_table():
 
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
-def test_modeled_engine_lands_within_1_5_percent_of_the_article(policy):
+def test_modeled_engine_lands_within_1_percent_of_the_article(policy):
     result = run_closed_loop(ModeledEngine(CARD), SchedulerConfig(policy=policy, num_lanes=WIDTH), WORKLOAD,
                              VirtualClock())
     expected = article_expectation(policy)
     assert result.useful_tokens == WORKLOAD.total_output_tokens
-    assert result.tok_s == pytest.approx(expected, rel=0.015)
-    # Prefill and KV reads only ever cost time.
+    assert result.tok_s == pytest.approx(expected, rel=0.01)
+    # Decode rows average the reference context, where the line is the article's: what remains is the
+    # prompts' cost (and their chunks' KV reads), which only ever adds time.
     assert result.tok_s < expected
 
 
@@ -62,9 +63,10 @@ def test_the_gain_of_continuous_batching_grows_with_length_spread():
     assert gains[0] < gains[1] < gains[2]
 
 
-def test_kv_capacity_follows_from_the_card_and_reads_make_the_ceiling_sag():
-    free_bytes = (CARD.vram_gib - CARD.weights_gib - CARD.reserved_gib) * 1024**3
-    assert CARD.kv_capacity_tokens == int(free_bytes // CARD.kv_bytes_per_token)
+def test_reads_beyond_the_reference_context_make_the_ceiling_sag():
+    at_reference = CARD.step_ms(8, context_tokens=8 * CARD.reference_context)
     short = CARD.step_ms(8, context_tokens=8 * 100)
     long = CARD.step_ms(8, context_tokens=8 * 20_000)
-    assert long > short > CARD.decode_step_ms(8)
+    assert at_reference == pytest.approx(CARD.decode_step_ms(8))
+    assert long > at_reference > short
+    assert CARD.ceiling_tok_s(8, 20_000) < CARD.ceiling_tok_s(8) < CARD.ceiling_tok_s(8, 100)

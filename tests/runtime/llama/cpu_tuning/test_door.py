@@ -67,3 +67,34 @@ def test_on_a_cpu_the_door_asks_both_probes(monkeypatch, tmp_path):
     tuning = door.engine_tuning(tmp_path / "m.gguf", offloaded=False, extra_buffers="auto", flash_attn="auto",
                                 layout=ProbeLayout(4096, 8, False), kv_type="f16", n_threads=None)
     assert asked == ["extra", "flash"] and (tuning.extra_buffers, tuning.flash_attn) == (True, "on")
+
+
+def test_default_settings_offload_on_a_gpu_build(offloading_build, arch_model_path):
+    """A user with a card expects the weights on it without a flag."""
+    from swarm_panel.app.service.engine_factory import resolve_model
+    from swarm_panel.app.settings.schema import Settings
+
+    settings = Settings()
+    assert settings.n_gpu_layers == -1
+    engine = build_engine("llama", realtime=True, max_lanes=2, model=arch_model_path, n_ctx=1024,
+                          n_gpu_layers=settings.n_gpu_layers)
+    try:
+        assert engine.describe()["device"] == "GPU" and engine.call_cost is None
+    finally:
+        engine.close()
+    # The bundled model goes to the card as shipped, not as the F16 copy made for CPUs.
+    path, note = resolve_model(None, settings.n_gpu_layers)
+    assert path.suffix == ".gguf" and "F16" not in path.name and note is None
+
+
+def test_default_settings_on_a_cpu_build_keep_the_cpu_tuning(arch_model_path):
+    """The same default on this CPU-only build: the weights stay on the CPU and the CPU mechanisms run."""
+    from swarm_panel.app.settings.schema import Settings
+
+    assert not llama_cpp.llama_supports_gpu_offload()
+    engine = build_engine("llama", realtime=True, max_lanes=2, model=arch_model_path, n_ctx=1024,
+                          n_gpu_layers=Settings().n_gpu_layers, kv_unified=False)
+    try:
+        assert engine.describe()["device"] == "CPU" and engine.call_cost is not None
+    finally:
+        engine.close()
