@@ -121,3 +121,17 @@ def test_the_readme_serve_and_curl_answer_as_written(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(30)
+
+
+def test_the_memory_plans_worked_example_is_what_the_plan_computes():
+    """docs/memory-plan.md's both-ways table for Qwen3.5-9B on 16 GiB, row by row."""
+    from swarm_panel.app.service.plan_report import DEFAULT_CARD_RESERVE
+    from swarm_panel.runtime.planning.memory_plan import GIB, longest_context, most_lanes
+    from swarm_panel.runtime.planning.shape import QWEN35_9B
+
+    rows = re.findall(r"^\| (f16|q8_0|q4_0) \| (\d+) \| ([\d,]+) \|$", (ROOT / "docs" / "memory-plan.md").read_text(), re.M)
+    assert [kv for kv, _, _ in rows] == ["f16", "q8_0", "q4_0"]
+    for kv_type, lanes, context in rows:
+        kw = {"kv_type": kv_type, "flash_attn": True, "reserve": DEFAULT_CARD_RESERVE}
+        assert int(lanes) == most_lanes(QWEN35_9B, 32768, 16 * GIB, **kw)
+        assert int(context.replace(",", "")) == longest_context(QWEN35_9B, 8, 16 * GIB, **kw)

@@ -21,39 +21,37 @@ from swarm_panel.app.service.plan_report import (
     report,
     settings_plan,
 )
+from swarm_panel.app.settings.flags import add_settings_arguments, given
 from swarm_panel.app.settings.schema import Settings
-from swarm_panel.runtime.planning.memory_plan import KV_TYPES
+
+
+PLAN_FIELDS = ("model", "num_lanes", "kv_type", "flash_attn", "n_batch", "kv_unified")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="what fits in memory: lanes x context x KV type, before loading",
                        description=__doc__)
-    p.add_argument("--model", default=None,
-                   help=f"a GGUF file, 'smollm2' (the bundled model, default), 'demo', or '{TARGET_ALIAS}' "
-                        "(the target's shape from its config, no file needed)")
+    add_settings_arguments(p, PLAN_FIELDS, spellings={"num_lanes": "--lanes"},
+                           notes={"model": f"or '{TARGET_ALIAS}': the target's shape from its config, no file needed",
+                                  "flash_attn": "auto plans it on for a card (--vram) or a quantized KV"})
+    p.add_argument("--context", type=int, default=None, help="tokens each lane may reach (default: n_ctx / lanes)")
     p.add_argument("--vram", type=parse_size, default=None, help="the card's memory, e.g. 16GiB (default: plan "
                    "for this machine's RAM)")
     p.add_argument("--reserve", type=parse_size, default=None,
                    help=f"memory the card's driver keeps (default {DEFAULT_CARD_RESERVE >> 20} MiB with --vram, "
                         "0 without)")
-    p.add_argument("--lanes", type=int, default=None, help="sequences decoded together (default: num_lanes)")
-    p.add_argument("--context", type=int, default=None, help="tokens each lane may reach (default: n_ctx / lanes)")
-    p.add_argument("--kv-type", choices=KV_TYPES, default=None, help="KV cache element type (default: kv_type)")
-    p.add_argument("--flash-attn", choices=("on", "off"), default=None,
-                   help="default: as the engine would resolve it (on for a card or a quantized KV)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings(**({"model": args.model} if args.model else {}),
-                        **({"n_gpu_layers": -1} if args.vram is not None else {}))
+    settings = Settings(**given(args, PLAN_FIELDS))
     shape = model_shape(settings.model)
-    device = args.vram if args.vram is not None else machine_ram()
-    reserve = args.reserve if args.reserve is not None else (DEFAULT_CARD_RESERVE if args.vram is not None else 0)
-    flash = None if args.flash_attn is None else args.flash_attn == "on"
-    plan = settings_plan(settings, device_bytes=device, reserve=reserve, lanes=args.lanes, context=args.context,
-                         kv_type=args.kv_type, flash_attn=flash, shape=shape)
+    card = args.vram is not None
+    device = args.vram if card else machine_ram()
+    reserve = args.reserve if args.reserve is not None else (DEFAULT_CARD_RESERVE if card else 0)
+    plan = settings_plan(settings, device_bytes=device, reserve=reserve, context=args.context, card=card,
+                         shape=shape)
     if args.json:
         out = {"model": shape.name, "settings": asdict(plan.settings), "device_bytes": device, "reserve": reserve,
                "parts": {name: size for name, size, _ in plan.rows()}, "device_total": plan.device_total,
@@ -63,5 +61,5 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(report(plan)))
     print()
     print("\n".join(both_ways(settings, device, reserve=reserve, lanes=plan.settings.lanes,
-                              context=plan.settings.context, shape=shape)))
+                              context=plan.settings.context, shape=shape, card=card)))
     return 0 if plan.fits else 1

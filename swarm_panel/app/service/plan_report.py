@@ -64,31 +64,38 @@ def model_shape(model: Path | str | None) -> ModelShape:
     return read_shape(Path(model).expanduser())
 
 
-def settings_plan(settings: Settings, *, device_bytes: int | None, reserve: int = 0, lanes: int | None = None,
-                  context: int | None = None, kv_type: str | None = None, flash_attn: bool | None = None,
-                  shape: ModelShape | None = None) -> MemoryPlan:
-    """The plan for these settings, each override replacing the setting it names."""
+def settings_plan(settings: Settings, *, device_bytes: int | None, reserve: int = 0, context: int | None = None,
+                  kv_type: str | None = None, card: bool | None = None, shape: ModelShape | None = None) -> MemoryPlan:
+    """The plan for these settings (lanes are num_lanes; context, each lane's, defaults to n_ctx / lanes);
+    `card`: plan for offloaded weights (default: where the settings and this build would put them)."""
     shape = shape or model_shape(settings.model)
-    lanes = lanes or settings.num_lanes
+    lanes = settings.num_lanes
     context = context or max(settings.n_ctx // lanes, 1)
     kv_type = kv_type or settings.kv_type
+    card = offloads(settings) if card is None else card
     unified = auto_kv_unified(lanes * context, lanes) if settings.kv_unified is None else settings.kv_unified
     plan_settings = PlanSettings(lanes=lanes, context=context, kv_type=kv_type, n_batch=settings.n_batch,
-                                 flash_attn=_flash_attn(settings, kv_type, flash_attn), kv_unified=unified)
+                                 flash_attn=flash_attn_for(settings.flash_attn, kv_type, card), kv_unified=unified)
     return plan_memory(shape, plan_settings, device_bytes=device_bytes, reserve=reserve,
                        checkpoint_budget=settings.checkpoint_budget_mb << 20,
                        park_budget=settings.park_budget_mb << 20)
 
 
-def _flash_attn(settings: Settings, kv_type: str, asked: bool | None) -> bool:
-    """As the engine resolves it: a quantized V cache needs flash attention; 'auto' is on where the
-    weights are offloaded (llama.cpp's choice on a GPU) and off for an f16 cache on a CPU (the CPU
-    probe's usual verdict: see docs/cpu-tuning.md)."""
-    if asked is not None:
-        return asked
-    if settings.flash_attn != "auto":
-        return settings.flash_attn == "on"
-    return kv_type != "f16" or settings.n_gpu_layers != 0
+def flash_attn_for(setting: str, kv_type: str, card: bool) -> bool:
+    """As the engine resolves the setting: a quantized V cache needs flash attention; 'auto' is on for
+    a card (llama.cpp's choice on a GPU) and off for an f16 cache on a CPU (the CPU probe's usual
+    verdict: see docs/cpu-tuning.md)."""
+    if setting != "auto":
+        return setting == "on"
+    return kv_type != "f16" or card
+
+
+def offloads(settings: Settings) -> bool:
+    """The weights go to a card: layers asked for, and a llama.cpp built with a GPU backend."""
+    # Deferred as engine_factory defers it: loading llama.cpp is the engine's first step, not an import's.
+    from swarm_panel.runtime.llama.engine import on_cpu
+
+    return not on_cpu(settings.n_gpu_layers)
 
 
 def report(plan: MemoryPlan) -> list[str]:
@@ -110,14 +117,14 @@ def report(plan: MemoryPlan) -> list[str]:
 
 
 def both_ways(settings: Settings, device_bytes: int, *, reserve: int, lanes: int, context: int,
-              shape: ModelShape) -> list[str]:
+              shape: ModelShape, card: bool) -> list[str]:
     """For each KV type: the most lanes at `context`, and the longest context at `lanes`."""
     kept = f" ({_gib(reserve)} kept for the driver)" if reserve else ""
     lines = [f"On {_gib(device_bytes)}{kept}:",
              f"  {'KV type':<8}{f'lanes at {context:,} tokens':>24}{f'context at {lanes} lanes':>24}"]
     unified = settings.kv_unified
     for kv_type in KV_TYPES:
-        common = {"kv_type": kv_type, "n_batch": settings.n_batch, "flash_attn": _flash_attn(settings, kv_type, None),
+        common = {"kv_type": kv_type, "n_batch": settings.n_batch, "flash_attn": flash_attn_for(settings.flash_attn, kv_type, card),
                   "reserve": reserve}
         # llama.cpp's limit on sequence ids; a unified pool spends two per lane (one for its cached sequence).
         n = most_lanes(shape, context, device_bytes, kv_unified=bool(unified), limit=MAX_SEQUENCES // (1 + bool(unified)),

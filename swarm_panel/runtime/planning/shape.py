@@ -144,9 +144,10 @@ def _per_layer_max(found) -> int:
 # linear_key_head_dim 128, linear_num_key_heads 16, linear_num_value_heads 32, linear_value_head_dim 128,
 # vocab_size 248320, max_position_embeddings 262144. In llama.cpp's GGUF terms (convert_hf_to_gguf.py):
 # ssm.state_size = linear_key_head_dim, ssm.group_count = linear_num_key_heads, ssm.inner_size =
-# linear_value_head_dim x linear_num_value_heads. The weights are those of the Q4_K_M file that
-# `swarm-panel demo-model --arch qwen35 --shape 9b` writes with llama.cpp's quantizer: the same tensors,
-# the same recipe, so the same bytes.
+# linear_value_head_dim x linear_num_value_heads. The weights are the tensor bytes of the Q4_K_M file
+# that `swarm-panel demo-model --arch qwen35 --shape 9b` writes with llama.cpp's quantizer (217 Q4_K,
+# 33 Q6_K and 177 F32 tensors, 8.95B parameters): the same tensors and recipe as a Q4_K_M of the real
+# weights, so the same bytes, less any multi-token-prediction layer a converter may keep.
 QWEN35_9B = ModelShape(
     name="Qwen3.5-9B",
     arch="qwen35",
@@ -160,11 +161,11 @@ QWEN35_9B = ModelShape(
     n_vocab=248320,
     n_ctx_train=262144,
     attention_layers=8,
-    weights_bytes=5_500_000_000,
+    weights_bytes=5_618_141_184,
     recurrent_layers=24,
     ssm_conv_kernel=4,
     ssm_state=128,
     ssm_groups=16,
     ssm_inner=4096,
-    source="https://huggingface.co/Qwen/Qwen3.5-9B/blob/main/config.json (text_config)",
+    source="Qwen3.5-9B config.json (text_config); weights: its shape in Q4_K_M",
 )

@@ -104,3 +104,17 @@ def test_settings_are_checked():
     with pytest.raises(ValueError):
         PlanSettings(lanes=1, context=10, kv_type="bf16")
     assert dataclasses.replace(PlanSettings(lanes=2, context=100), kv_unified=True).sequence_ids == 4
+
+
+def test_the_9b_file_writer_and_the_plan_share_one_target_shape():
+    """demo-model --shape 9b writes what the plan's Qwen3.5-9B describes (both cite the same config)."""
+    from swarm_panel.runtime.models.demo_hybrid import HYBRID_SHAPES
+
+    written = HYBRID_SHAPES["9b"]
+    t = QWEN35_9B
+    assert (written.dim, written.n_layer, written.n_head, written.n_head_kv, written.head_dim, written.n_ff,
+            written.n_ctx_train, written.n_vocab) == (t.n_embd, t.n_layer, t.n_head, t.n_head_kv, t.head_dim_k,
+                                                      t.n_ff, t.n_ctx_train, t.n_vocab)
+    assert (written.conv_kernel, written.state_size, written.group_count, written.state_size * written.time_step_rank
+            ) == (t.ssm_conv_kernel, t.ssm_state, t.ssm_groups, t.ssm_inner)
+    assert written.n_layer // written.full_attention_interval == t.attention_layers

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LANES = 8
+# Above this the probe's prefills alone take minutes on a CPU (a 9B Q4_K_M on 2 cores: past 14 minutes),
+# and the weights stream dominates each step, so the attention kernel barely moves it: not timed.
+PROBE_MAX_MODEL_BYTES = 1 << 30
 # Each lane's context: a short turn, padded by llama.cpp to 512 cells, where the kernels differ most on the CPUs seen.
 CONTEXT = 300
 STEPS = 6
@@ -131,6 +134,10 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
         raise ValueError(f"flash_attn must be 'auto', 'on' or 'off', got {mode!r}")
     if not cpu_only or kv_type != "f16":
         return FlashAttnDecision("auto", "llama.cpp's choice")
+    size = model_path.stat().st_size if model_path.is_file() else 0
+    if size > PROBE_MAX_MODEL_BYTES:
+        return FlashAttnDecision("off", f"off: a {size / 1e9:.1f} GB model is not timed (the probe would take minutes "
+                                        "on a CPU, where its weights, not attention, set a step's cost)")
     cache_path = cache_path or cache_file()
     machine, model = machine_key(), model_key(model_path)
     # Verdicts by layout under the model's key (an older file's single verdict has no layout: timed again).

@@ -124,3 +124,15 @@ def test_an_older_verdict_without_a_layout_is_timed_again(tmp_path, tiny_model_p
     measure = timings(0.040, 0.050)
     assert decide(tmp_path, tiny_model_path, measure).setting == "on" and len(measure.calls) == 1
     assert decide(tmp_path, tiny_model_path, measure).reason.endswith("(remembered)")
+
+
+def test_a_model_too_large_to_time_quickly_keeps_the_plain_path_untimed(tmp_path):
+    """A 9B Q4_K_M's probe ran past 14 minutes on 2 cores: a user waiting for the first load would
+    see a hang. Past the limit nothing is timed and the reason says so."""
+    big = tmp_path / "big.gguf"
+    with big.open("wb") as f:
+        f.truncate(probe.PROBE_MAX_MODEL_BYTES + 1)
+    fast = timings(0.010, 0.050)
+    decision = decide(tmp_path, big, fast)
+    assert decision.setting == "off" and "not timed" in decision.reason
+    assert fast.calls == []
