@@ -131,9 +131,20 @@ async def read_json(request: Request, limit: int) -> Any:
     """The body as JSON: refused by Content-Length before reading, and capped while streaming in."""
     body = await read_body(request, limit)
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
+        return json.loads(body, parse_constant=_not_json)
+    except (ValueError, UnicodeDecodeError) as exc:
+        detail = f": {exc.args[0]}" if isinstance(exc, _NonFinite) else ""
+        raise bad_request(f"the request body is not valid JSON{detail}", code="invalid_json") from None
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _not_json(constant: str) -> Any:
+    """Python's parser takes NaN and Infinity, which JSON has not: echoed back (metadata, a parameter) they
+    would make a reply nothing can encode."""
+    raise _NonFinite(f"{constant} is not a JSON number")
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -34,6 +34,16 @@ def test_malformed_json_is_a_400(server):
     assert_error(resp, 400, code="invalid_json")
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+@pytest.mark.parametrize("constant", [b"Infinity", b"-Infinity", b"NaN"])
+def test_nan_and_infinity_are_not_json(server, path, constant):
+    """Python's parser takes them; echoed back in metadata they made the reply unencodable (a 500)."""
+    body = b'{"input": "", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "metadata": {"a": '
+    resp = httpx.post(f"{server.url}{path}", content=body + constant + b"}}", timeout=10,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and constant.decode().lstrip("-") in resp.text
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
