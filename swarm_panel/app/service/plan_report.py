@@ -28,7 +28,6 @@ from swarm_panel.runtime.planning.memory_plan import (
 from swarm_panel.runtime.planning.shape import QWEN35_9B, ModelShape, read_shape
 
 TARGET_ALIAS = "qwen3.5-9b"
-MAX_SEQUENCES = MAX_LANES
 # What a card's driver and runtime keep for themselves beside llama.cpp's buffers (CUDA's context,
 # ROCm's): an assumption, stated in the report, that a user can change with --reserve.
 DEFAULT_CARD_RESERVE = 512 << 20
@@ -127,7 +126,7 @@ def both_ways(settings: Settings, device_bytes: int, *, reserve: int, lanes: int
         common = {"kv_type": kv_type, "n_batch": settings.n_batch, "flash_attn": flash_attn_for(settings.flash_attn, kv_type, card),
                   "reserve": reserve}
         # llama.cpp's limit on sequence ids; a unified pool spends two per lane (one for its cached sequence).
-        n = most_lanes(shape, context, device_bytes, kv_unified=bool(unified), limit=MAX_SEQUENCES // (1 + bool(unified)),
+        n = most_lanes(shape, context, device_bytes, kv_unified=bool(unified), limit=MAX_LANES // (1 + bool(unified)),
                        **common)
         longest = longest_context(shape, lanes, device_bytes, kv_unified=bool(unified), **common)
         lines.append(f"  {kv_type:<8}{n:>24}{f'{longest:,}' if longest else 'none':>24}")

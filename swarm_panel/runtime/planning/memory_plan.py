@@ -10,6 +10,7 @@ RAM within their budgets.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import gguf
@@ -146,18 +147,13 @@ def plan_memory(shape: ModelShape, settings: PlanSettings, *, device_bytes: int 
         if plan.device_total > room:
             problems.append(f"needs {plan.device_total / GIB:.2f} GiB, {(plan.device_total - room) / GIB:.2f} GiB more "
                             f"than the {room / GIB:.2f} GiB free ({_largest(plan)})")
-    return _with_problems(plan, problems)
+    return dataclasses.replace(plan, problems=tuple(problems))
 
 
 def _largest(plan: MemoryPlan) -> str:
     parts = {"weights": plan.weights, "KV": plan.kv, "recurrent states": plan.recurrent, "compute": plan.compute}
     name = max(parts, key=parts.get)
     return f"the largest part is {name}, {parts[name] / GIB:.2f} GiB"
-
-
-def _with_problems(plan: MemoryPlan, problems: list[str]) -> MemoryPlan:
-    return MemoryPlan(**{f: getattr(plan, f) for f in MemoryPlan.__slots__ if f != "problems"},
-                      problems=tuple(problems))
 
 
 def most_lanes(shape: ModelShape, context: int, device_bytes: int, *, reserve: int = 0, limit: int = 256,
