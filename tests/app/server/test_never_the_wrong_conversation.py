@@ -1,0 +1,91 @@
+"""Never the wrong conversation (llama.cpp #27148: a stale conversation restored into the wrong slot).
+
+Six agents on two lanes, on both architectures, whose conversations are identical but for one late
+token each: the same system prompt and first turn, then tool results that differ only in the failing
+test's name near their end. They run concurrently for several turns, so conversations are parked in host RAM, restored,
+and matched against cached prefixes that agree with them up to the last few tokens. Each agent's
+greedy reply must equal a fresh computation of its own conversation alone, with no reuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+import pytest
+
+from swarm_panel.app.service.engine_service import SwarmService
+from tests.app.server.test_more_agents_than_lanes import gauge
+from tests.app.server.test_server_common import running, settings
+
+pytestmark = pytest.mark.slow
+
+SYSTEM = "You are a careful coding agent. Run the tests, read the failures, then fix the parser. " * 4
+AGENTS = 6
+TURNS = 3
+# What a late token can name: a real model repeats it, so the reply shows whose conversation it read.
+NAMES = ("parse_header", "parse_body", "parse_footer", "parse_table", "parse_list", "parse_quote")
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen35"])
+def server(request):
+    # The tiny random llama's reply does not depend on a user message at all, so a swap could not show
+    # there: the attention architecture runs on the bundled SmolLM2 (its F16 copy, whose batched tokens
+    # equal its tokens alone), the hybrid on the tiny qwen35, whose weights make a wrong state visible.
+    model = None if request.param == "llama" else request.getfixturevalue("tiny_qwen35_model_path")
+    service = SwarmService(settings(engine="llama", model=model, n_ctx=4096, n_batch=256, num_lanes=2,
+                                    threads=2, kv_unified=False))
+    with running(service) as srv:
+        yield srv
+
+
+def replies(srv, chats: list[list[dict]], users: list[str]) -> tuple[list[str], list[int]]:
+    """Each agent's reply and how many of its prompt tokens were reused, asked all at once."""
+    async def all_at_once():
+        async with openai.AsyncOpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=120) as client:
+            return await asyncio.gather(*(
+                client.chat.completions.create(model="m", messages=chat, max_tokens=6, temperature=0, user=user,
+                                               extra_body={"ignore_eos": True})
+                for chat, user in zip(chats, users)))
+    answers = asyncio.run(all_at_once())
+    return [r.choices[0].message.content for r in answers], [r.usage.prompt_tokens_details.cached_tokens
+                                                            for r in answers]
+
+
+def fresh(srv, chat: list[dict]) -> str:
+    """The conversation computed alone, reusing nothing."""
+    resp = httpx.post(f"{srv.url}/v1/chat/completions", timeout=120, json={
+        "messages": chat, "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+    assert resp.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+def test_conversations_that_differ_only_late_each_get_their_own_reply(server):
+    agents = [f"agent-{a}" for a in range(AGENTS)]
+    chats = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Run the tests."}]
+             for _ in range(AGENTS)]
+    history = []
+    reused = []
+    for turn in range(TURNS):
+        answers, cached = replies(server, chats, agents)
+        reused.append(cached)
+        history.append([list(chat) for chat in chats])
+        for a, (chat, answer) in enumerate(zip(chats, answers)):
+            # Every agent's tool result is the same text up to its last words.
+            chat += [{"role": "assistant", "content": answer},
+                     {"role": "user", "content": f"Tool result: 41 tests passed, 1 failed: test_{NAMES[(a + turn) % AGENTS]}. "
+                                                 "Which test failed?"}]
+        history[-1] = (history[-1], answers)
+    # The test has teeth only where reuse happened (restored, parked or copied prefixes) and where the
+    # late token changes the reply, so a conversation restored into the wrong agent would show.
+    assert all(n > 0 for n in reused[-1]), reused
+    assert gauge(server, "swarm_panel:parked_sequences") > 0
+    assert len(set(history[-1][1])) > 1, "every agent answered alike: a swap would not show"
+    assert httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": False}).json()["prefix_cache"] is False
+    try:
+        for turn, (asked, answers) in enumerate(history):
+            for a, (chat, answer) in enumerate(zip(asked, answers)):
+                assert answer == fresh(server, chat), f"agent {a}, turn {turn}: another conversation's state"
+    finally:
+        httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": True})
