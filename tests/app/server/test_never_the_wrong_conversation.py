@@ -9,14 +9,11 @@ greedy reply must equal a fresh computation of its own conversation alone, with 
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
-import openai
 import pytest
 
 from swarm_panel.app.service.engine_service import SwarmService
-from tests.app.server.test_more_agents_than_lanes import gauge
+from tests.app.server.test_more_agents_than_lanes import gauge, turn_all
 from tests.app.server.test_server_common import running, settings
 
 pytestmark = pytest.mark.slow
@@ -42,13 +39,7 @@ def server(request):
 
 def replies(srv, chats: list[list[dict]], users: list[str]) -> tuple[list[str], list[int]]:
     """Each agent's reply and how many of its prompt tokens were reused, asked all at once."""
-    async def all_at_once():
-        async with openai.AsyncOpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=120) as client:
-            return await asyncio.gather(*(
-                client.chat.completions.create(model="m", messages=chat, max_tokens=6, temperature=0, user=user,
-                                               extra_body={"ignore_eos": True})
-                for chat, user in zip(chats, users)))
-    answers = asyncio.run(all_at_once())
+    answers = turn_all(srv, chats, users)
     return [r.choices[0].message.content for r in answers], [r.usage.prompt_tokens_details.cached_tokens
                                                             for r in answers]
 
@@ -56,7 +47,7 @@ def replies(srv, chats: list[list[dict]], users: list[str]) -> tuple[list[str], 
 def fresh(srv, chat: list[dict]) -> str:
     """The conversation computed alone, reusing nothing."""
     resp = httpx.post(f"{srv.url}/v1/chat/completions", timeout=120, json={
-        "messages": chat, "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+        "messages": chat, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
     assert resp.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     return resp.json()["choices"][0]["message"]["content"]
 
