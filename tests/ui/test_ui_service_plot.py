@@ -58,3 +58,11 @@ def test_switching_to_fair_share_in_the_panel_shows_in_the_service_plot(window, 
     finally:
         swarm.stop()
     assert window.service_plot.series("agent-01")
+
+
+def test_an_agent_computing_a_long_prompt_shows_how_far_it_is(qapp):
+    model = AgentsModel()
+    model.set_rows(agent_rows([], {"claude-code-1": 1, "codex-1": 1}, {"claude-code-1": "prefill", "codex-1": "decode"},
+                              {}, {"claude-code-1": "14,336 / 20,928", "codex-1": "9,000 / 9,000"}))
+    states = {row.agent: model.data(model.index(i, 1)) for i, row in enumerate(model.rows)}
+    assert states == {"claude-code-1": "prefill 14,336 / 20,928", "codex-1": "decode"}

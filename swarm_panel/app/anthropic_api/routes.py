@@ -8,6 +8,7 @@ tool_use blocks. Errors here are Anthropic-shaped (app.endpoint.errors picks the
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -39,6 +40,7 @@ from swarm_panel.app.anthropic_api.models import (
     ToolUseBlock,
 )
 from swarm_panel.app.chat.reply import ReplyPiece
+from swarm_panel.app.endpoint.agent_paths import agent_from_scope
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.errors import bad_request, read_json
 from swarm_panel.app.endpoint.streaming import sse_event
@@ -58,9 +60,24 @@ def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:
     return "\n".join(texts)
 
 
+# Claude Code's first system block: attribution for Anthropic's billing, not an instruction. Its
+# cc_version suffix changes with the conversation's first message, and at the head of a ~21k-token
+# prompt it would leave two sessions (or a session and its sub-agent) no shared prefix; dropped, the
+# prompt the model sees is identical across them (llama.cpp PR #20623 made the same finding).
+BILLING_HEADER = re.compile(r"x-anthropic-billing-header:[^\n]*")
+
+
+def without_billing_header(system: list[dict[str, Any]] | str | None) -> list[dict[str, Any]] | str | None:
+    """The system blocks less a text block that is only Claude Code's billing header line."""
+    if not isinstance(system, list):
+        return system
+    return [b for b in system if not (isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+                                      and BILLING_HEADER.fullmatch(b["text"].strip()))]
+
+
 def to_messages(body: MessagesRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
-    system = _text_blocks(body.system, "system")
+    system = _text_blocks(without_billing_header(body.system), "system")
     if system:
         messages.append({"role": "system", "content": system})
     held: list[str] = []  # mid-conversation system text waiting for the next user turn
@@ -222,15 +239,14 @@ def anthropic_router(server: ServerCore) -> APIRouter:
     router = APIRouter()
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
-        user = request.headers.get("x-agent-name") or session_of(body.metadata.user_id if body.metadata else None)
+        user = agent_from_scope(request.scope) or request.headers.get("x-agent-name") or session_of(body.metadata.user_id if body.metadata else None)
         return user.strip()[:MAX_NAME_CHARS] if user and user.strip() else None
 
     @router.post("/messages")
     async def messages(request: Request):
         body = MessagesRequest.model_validate(await read_json(request, server.service.settings.max_body_bytes))
         # Claude Code asks for 32-64k tokens whatever the model: a reply gets what the context has left.
-        run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request),
-                                      fit_max_tokens=True)
+        run = await server.start_chat(to_chat(body, body.stream), request, agent_for(body, request))
         message = Message(id=f"msg_{uuid.uuid4().hex}", model=server.model_id())
         writer = BlockWriter()
 

@@ -9,6 +9,7 @@ copies the first lane's computed prompt into the others instead of computing it 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -46,11 +47,17 @@ def finish_reason(handle: RequestHandle, made_calls: bool) -> str:
 
 class ChatRun:
     def __init__(self, handles: list[RequestHandle], parsers: list[ReplyParser],
-                 on_close: Callable[[RequestHandle], None]) -> None:
+                 on_close: Callable[[RequestHandle], None], *, note: str | None = None,
+                 on_end: Callable[[ChatRun], None] | None = None, started: float | None = None) -> None:
         self.handles = handles
         self._parsers = parsers
         self._on_close = on_close
+        self._on_end = on_end
         self._closed = False
+        # Why max_tokens is less than asked, for the reply's headers and the request log.
+        self.note = note
+        self.started = time.monotonic() if started is None else started
+        self.first_output_at: float | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -74,6 +81,8 @@ class ChatRun:
         for handle in self.handles:
             handle.abort()
             self._on_close(handle)
+        if self._on_end is not None:
+            self._on_end(self)
 
     async def collect(self) -> list[Choice]:
         """Every choice whole."""
@@ -102,6 +111,8 @@ class ChatRun:
         cursor = LogprobCursor(handle.request.output_logprobs)
         made_calls = False
         async for batch in handle.batches():
+            if self.first_output_at is None and any(o.token_ids for o in batch):
+                self.first_output_at = time.monotonic()
             pieces = parser.feed("".join(output.text for output in batch))
             if handle.finished:
                 pieces += parser.finish()

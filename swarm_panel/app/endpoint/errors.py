@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -174,7 +175,7 @@ def too_large(limit: int) -> APIError:
     return APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
 
 
-def error_response(request: Request, error: APIError) -> JSONResponse:
+def shaped(request: Request, error: APIError) -> JSONResponse:
     """The error in the shape the route's clients parse."""
     if request.url.path.startswith(ANTHROPIC_PREFIX):
         body = anthropic_error_body(error.status, error.message)
@@ -183,7 +184,14 @@ def error_response(request: Request, error: APIError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:
+    """Every error in its route's API shape; `on_error` sees each one first (the request log)."""
+
+    def error_response(request: Request, error: APIError) -> JSONResponse:
+        if on_error is not None:
+            on_error(request, error)
+        return shaped(request, error)
+
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         return error_response(request, exc)

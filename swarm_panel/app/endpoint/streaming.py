@@ -71,8 +71,9 @@ async def _disconnect(receive: Receive) -> None:
 class EventStreamResponse(StreamingResponse):
     """An SSE response that runs `on_close` however it ends: done, failed, or cancelled by a hang-up."""
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None],
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,12 +20,14 @@ from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
 from swarm_panel.app.chat.reply import ReplyParser
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
+from swarm_panel.app.endpoint.agent_paths import agent_from_scope
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
 from swarm_panel.app.endpoint.output_router import OutputRouter
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
 from swarm_panel.app.endpoint.request_handle import RequestHandle
+from swarm_panel.app.endpoint.request_records import RECORDED, run_record
 from swarm_panel.app.endpoint.streaming import (
     KEEPALIVE,
     ClientGone,
@@ -180,11 +182,12 @@ class ServerCore:
 
     async def submit_choices(self, engine: Engine, thread: EngineThread, body: SamplingRequest,
                              prompt_ids: list[int], agent: str, asked: str | None = None, grammar: str | None = None,
-                             priority: int | None = None, fit_max_tokens: bool = False) -> list[RequestHandle]:
-        """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV."""
+                             priority: int | None = None) -> tuple[list[RequestHandle], str | None]:
+        """body.n requests for one prompt, queued together so the later ones copy the first one's prompt KV,
+        and why max_tokens was cut, if it was."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
-        max_tokens = await self.admit(engine, thread, body, prompt_ids, fit_max_tokens)
+        max_tokens, note = await self.admit(engine, thread, body, prompt_ids)
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
@@ -195,15 +198,17 @@ class ServerCore:
                 handle.abort()
                 self.service.inflight.exit(agent)
             raise
-        return handles
+        return handles, note
 
-    async def admit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                    fit_max_tokens: bool) -> int:
-        """The request's max_tokens, settled once on the engine's side (EngineThread.admit): a 400 where
-        the context can never hold it, and where it fits only once the engine widens its KV layout,
-        the widening awaited first, so that one llama.cpp cannot make (memory, on a card) is a 400 too."""
+    async def admit(self, engine: Engine, thread: EngineThread, body: SamplingRequest,
+                    prompt_ids: list[int]) -> tuple[int, str | None]:
+        """The request's max_tokens, settled once on the engine's side (EngineThread.admit: past what
+        is left, cut to it, the same on every endpoint), and why it was cut; a 400 where the prompt
+        alone fills the context, and where it fits only once the engine widens its KV layout, the
+        widening awaited first, so that one llama.cpp cannot make (memory, on a card) is a 400 too."""
         try:
-            settled, widening = thread.admit(len(prompt_ids), body.requested_max_tokens, cut=fit_max_tokens)
+            settled, widening = thread.admit(len(prompt_ids), body.requested_max_tokens,
+                                             default_max_tokens=self.service.settings.default_max_tokens)
         except ContextExceeded as exc:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens; {self._context_holds(engine, exc.limit)}",
                               param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
@@ -219,7 +224,7 @@ class ServerCore:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {settled.max_tokens}; "
                               f"{self._context_holds(engine, engine.max_context)}, and {failure}",
                               code="context_length_exceeded")
-        return settled.max_tokens
+        return settled.max_tokens, settled.note
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
                max_tokens: int, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
@@ -269,9 +274,9 @@ class ServerCore:
         self.check_prompt_chars(chars, "messages")
         return await self.off_loop_if_long(chars, self.render_chat, engine, shown_messages, shown_tools)
 
-    async def start_chat(self, body: ChatCompletionRequest, request: Request, agent: str | None = None,
-                         fit_max_tokens: bool = False) -> ChatRun:
+    async def start_chat(self, body: ChatCompletionRequest, request: Request, agent: str | None = None) -> ChatRun:
         """Renders, constrains and submits a chat; every chat-shaped API comes through here."""
+        started = time.monotonic()
         engine, thread = self.engine()
         self.check_capacity(thread)
         facts = self.facts(engine)
@@ -283,20 +288,30 @@ class ServerCore:
         parsers = [ReplyParser(facts.tool_format if declared is not None else None, declared,
                                body.parallel_tool_calls is not False, facts.think, thinking) for _ in range(body.n)]
         asked = last_user_text([m.for_template() for m in body.messages])
-        handles = await self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar,
-                                            priority_of(request), fit_max_tokens)
-        return ChatRun(handles, parsers, on_close=lambda _: self.service.inflight.exit(agent))
+        handles, note = await self.submit_choices(engine, thread, body, prompt_ids, agent, asked, grammar,
+                                                  priority_of(request))
+        return ChatRun(handles, parsers, on_close=lambda _: self.service.inflight.exit(agent), note=note,
+                       on_end=self.recorder(request, agent), started=started)
 
-    async def start_completion(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-                               agent: str, priority: int | None = None) -> ChatRun:
+    async def start_completion(self, request: Request, engine: Engine, thread: EngineThread, body: SamplingRequest,
+                               prompt_ids: list[int], agent: str) -> ChatRun:
+        started = time.monotonic()
         grammar = None
         if body.grammar is not None:
             require_constraints(engine, "a grammar", "grammar")
             check_grammar(body.grammar)
             grammar = body.grammar
-        handles = await self.submit_choices(engine, thread, body, prompt_ids, agent, grammar=grammar,
-                                            priority=priority)
-        return ChatRun(handles, [ReplyParser() for _ in handles], on_close=lambda _: self.service.inflight.exit(agent))
+        handles, note = await self.submit_choices(engine, thread, body, prompt_ids, agent, grammar=grammar,
+                                                  priority=priority_of(request))
+        return ChatRun(handles, [ReplyParser() for _ in handles], on_close=lambda _: self.service.inflight.exit(agent),
+                       note=note, on_end=self.recorder(request, agent), started=started)
+
+    def recorder(self, request: Request, agent: str) -> Callable[[ChatRun], None]:
+        """Writes the run's line to the request log when it ends; the error handlers then leave it be."""
+        def record(run: ChatRun) -> None:
+            request.scope[RECORDED] = True
+            self.service.requests.record(run_record(run, agent, request.url.path))
+        return record
 
     def scheduler_state(self, thread: EngineThread) -> dict[str, Any]:
         config = thread.config
@@ -318,8 +333,12 @@ class ServerCore:
         }
 
 
+# Why the server changed what the request asked (a max_tokens cut to what the context has left).
+NOTE_HEADER = "X-Swarm-Panel-Note"
+
+
 def agent_of(user: str | None, request: Request) -> str:
-    name = (user or request.headers.get("x-agent-name") or "").strip()
+    name = (agent_from_scope(request.scope) or user or request.headers.get("x-agent-name") or "").strip()
     return name[:MAX_AGENT_CHARS] or "anonymous"
 
 
@@ -369,8 +388,9 @@ async def respond(request: Request, run: ChatRun, stream: AsyncIterator[bytes] |
                   beat: Callable[[], bytes] = lambda: KEEPALIVE) -> Response:
     """Streams (the response closes the run when it ends; `beat()` goes out whenever it is quiet for
     `heartbeat_s`) or collects; a hang-up aborts either way."""
+    headers = {NOTE_HEADER: run.note} if run.note else None
     if stream is not None:
-        return EventStreamResponse(with_heartbeat(stream, heartbeat_s, beat), on_close=run.close)
+        return EventStreamResponse(with_heartbeat(stream, heartbeat_s, beat), on_close=run.close, headers=headers)
     try:
         choices = await unless_hung_up(request.receive, run.collect())
     except ClientGone:
@@ -380,4 +400,6 @@ async def respond(request: Request, run: ChatRun, stream: AsyncIterator[bytes] |
     failed = next((c for c in choices if c.finish_reason == "error"), None)
     if failed is not None:
         raise engine_failure(failed.error)
-    return whole(choices)
+    response = whole(choices)
+    response.headers.update(headers or {})
+    return response

@@ -23,11 +23,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from swarm_panel.app.anthropic_api.routes import anthropic_router
+from swarm_panel.app.endpoint.agent_paths import AgentPaths
 from swarm_panel.app.endpoint.chat_run import Choice
 from swarm_panel.app.endpoint.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
+from swarm_panel.app.endpoint.request_records import record_error
 from swarm_panel.app.endpoint.streaming import ChunkMaker, chat_stream, completion_stream
-from swarm_panel.app.endpoint.submission import ServerCore, agent_of, priority_of, respond
+from swarm_panel.app.endpoint.submission import ServerCore, agent_of, respond
 from swarm_panel.app.openai_api.logprobs import chat_logprobs, completion_logprobs
 from swarm_panel.app.openai_api.models import (
     ChatChoice,
@@ -66,7 +68,8 @@ def create_app(service: SwarmService) -> FastAPI:
     app = FastAPI(title="swarm-panel", summary="OpenAI- and Anthropic-compatible endpoint of a continuous-batching runtime",
                   version="0.1.0")
     app.state.server = server
-    install_error_handlers(app)
+    install_error_handlers(app, on_error=lambda request, error: record_error(service.requests, request, error))
+    app.add_middleware(AgentPaths)
     if service.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=service.settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
@@ -120,8 +123,7 @@ def create_app(service: SwarmService) -> FastAPI:
                 raise bad_request(f"prompt token ids must be within {top}", param="prompt")
             prompt_ids = list(prompt)
             echo = engine.detokenize(prompt_ids) if body.echo else ""
-        run = await server.start_completion(engine, thread, body, prompt_ids, agent_of(body.user, request),
-                                            priority_of(request))
+        run = await server.start_completion(request, engine, thread, body, prompt_ids, agent_of(body.user, request))
         model_id = server.facts(engine).model_id
         response_id = f"cmpl-{uuid.uuid4().hex}"
         with_logprobs = body.top_logprobs_count is not None

@@ -55,6 +55,10 @@ class AgentActivity:
         with self._lock:
             return self._turns.get(agent)
 
+    def turns(self) -> list[AgentTurn]:
+        with self._lock:
+            return list(self._turns.values())
+
     def agent_of(self, request_id: int) -> str | None:
         with self._lock:
             for turn in self._turns.values():

@@ -14,6 +14,8 @@ from typing import Any
 
 from swarm_panel.app.service.agent_activity import AgentActivity
 from swarm_panel.app.service.engine_factory import engine_for
+from swarm_panel.app.service.prompt_progress import ProgressLog
+from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine
@@ -66,6 +68,8 @@ class SwarmService:
         self.metrics = MetricsAggregator()
         self.inflight = InflightAgents()
         self.activity = AgentActivity()
+        self.requests = RequestLog()
+        self.progress_log = ProgressLog(self.activity)
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._thread: EngineThread | None = None
@@ -115,6 +119,7 @@ class SwarmService:
             self._thread = EngineThread(engine, s.scheduler_config(self._scheduler), self.metrics,
                                         narrow_after_s=s.kv_narrow_after_s or None)
             self._thread.start()
+            self.progress_log.start()
             self.startup = None
             log.info("start-up: ready (%s)", engine.name)
 
@@ -128,6 +133,7 @@ class SwarmService:
         with self._lock:
             thread, engine = self._thread, self._engine
             self._thread = self._engine = None
+        self.progress_log.stop()
         if thread is not None:
             thread.stop()
             self._keep(thread.config)

@@ -19,6 +19,7 @@ from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.runtime.core.config import MAX_LANES, SPLIT_KV_MIN_LANE_TOKENS, SchedulerConfig
 from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
+from swarm_panel.runtime.scheduling.limits import DEFAULT_MAX_TOKENS
 
 APP_NAME = "swarm-panel"
 
@@ -100,6 +101,10 @@ class Settings(BaseSettings):
         15, ge=0, le=3600, description="A streamed reply quiet this long (a long prompt computing or queued) gets a "
         "keep-alive, so agents' idle watchdogs do not hang up and resend: an SSE comment, a ping event on "
         "/v1/messages, response.in_progress on /v1/responses; 0 sends none")
+    default_max_tokens: int = Field(
+        DEFAULT_MAX_TOKENS, ge=1, le=1 << 20, description="Output tokens for a request that names no limit (Codex, "
+        "aider); on every endpoint a limit past what the context has left after the prompt is cut to that, "
+        "never refused")
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
 
     backends: list[BackendConfig] = Field(

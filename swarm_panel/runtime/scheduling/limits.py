@@ -9,8 +9,11 @@ from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
-# max_tokens when a request names none: the rest of the context, but no more than this.
+# max_tokens when a request names none (Settings.default_max_tokens), cut to what the context has left.
 DEFAULT_MAX_TOKENS = 4096
+# A request with no limit takes what its lane has left, down to this much; below it, the layout widens
+# and it gets the default from the pool, rather than a reply cut short where the pool has room.
+MIN_LANE_DEFAULT = 1024
 
 
 class RequestRejected(ValueError):
@@ -34,26 +37,36 @@ class Settled:
     widens: bool
     # The request needs more than a lane's share: a widened layout must not narrow under it.
     long: bool
+    # Why max_tokens is less than the request asked (or than the default, for one that asked none).
+    note: str | None = None
 
 
 def settle(caps: EngineCaps, kv_budget: int, num_prompt_tokens: int, asked: int | None, *,
-           cut: bool = False, default: int = DEFAULT_MAX_TOKENS) -> Settled:
-    """The max_tokens a request runs with, and whether the engine must widen for it; RequestRejected
-    (ContextExceeded for a prompt that alone fills the context) where it can never run.
+           default: int = DEFAULT_MAX_TOKENS) -> Settled:
+    """The max_tokens a request runs with, and whether the engine must widen for it; ContextExceeded
+    where the prompt alone fills the context.
 
-    A max_tokens the server chooses (none asked, or one `cut` to what is left) keeps to a lane's
-    context where the prompt fits one: only a request that needs more (its prompt, or a max_tokens
-    asked for) widens the layout, or keeps a widened one from narrowing."""
+    Every endpoint cuts the same way, never refusing: a max_tokens past what the context (the whole
+    pool, where the layout can widen) and the KV budget have left after the prompt is cut to that,
+    with the reason in `note`. A request that asks none gets `default`, from its lane where the lane
+    has at least MIN_LANE_DEFAULT left, otherwise from the pool."""
     limit = min(max(caps.max_context, caps.widens_to), kv_budget)
     if limit - num_prompt_tokens < 1:
         raise ContextExceeded(num_prompt_tokens, limit)
-    lane = caps.narrows_to or caps.max_context
-    context = lane if num_prompt_tokens < min(lane, kv_budget) else limit
-    max_tokens = asked or min(default, min(context, kv_budget) - num_prompt_tokens)
-    if cut:
-        held = kv_budget - num_prompt_tokens - caps.sequence_state_tokens
-        max_tokens = max(1, min(max_tokens, context - num_prompt_tokens, held))
-    total = num_prompt_tokens + max_tokens
+    room = max(1, min(limit, kv_budget - caps.sequence_state_tokens) - num_prompt_tokens)
+    lane_room = min(caps.narrows_to or caps.max_context, kv_budget) - num_prompt_tokens
+    if asked is not None:
+        wanted = asked
+    elif lane_room >= min(default, MIN_LANE_DEFAULT):
+        wanted = min(default, lane_room)
+    else:
+        wanted = default
+    max_tokens = min(wanted, room)
+    note = None
+    if max_tokens < wanted:
+        what = f"max_tokens {asked:,}" if asked is not None else f"the default max_tokens {default:,}"
+        note = (f"{what} cut to {max_tokens:,}: the prompt's {num_prompt_tokens:,} tokens leave that much "
+                f"of the {min(limit, kv_budget - caps.sequence_state_tokens):,} tokens a request can hold")
     try:
         check_fits(num_prompt_tokens, max_tokens, caps, kv_budget)
         widens = False
@@ -62,7 +75,7 @@ def settle(caps: EngineCaps, kv_budget: int, num_prompt_tokens: int, asked: int 
             raise
         check_fits(num_prompt_tokens, max_tokens, replace(caps, max_context=caps.widens_to), kv_budget)
         widens = True
-    return Settled(max_tokens, widens, long=0 < caps.narrows_to < total)
+    return Settled(max_tokens, widens, long=0 < caps.narrows_to < num_prompt_tokens + max_tokens, note=note)
 
 
 def checked_config(config: SchedulerConfig, caps: EngineCaps) -> SchedulerConfig:

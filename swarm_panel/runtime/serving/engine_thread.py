@@ -20,7 +20,7 @@ from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError
 from swarm_panel.runtime.core.request import Request, RequestOutput
-from swarm_panel.runtime.scheduling.limits import RequestRejected, Settled, checked_config, settle
+from swarm_panel.runtime.scheduling.limits import DEFAULT_MAX_TOKENS, RequestRejected, Settled, checked_config, settle
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
@@ -167,7 +167,7 @@ class EngineThread:
         return unsubscribe
 
     def admit(self, num_prompt_tokens: int, asked_max_tokens: int | None, *,
-              cut: bool = False) -> tuple[Settled, Future[str | None] | None]:
+              default_max_tokens: int = DEFAULT_MAX_TOKENS) -> tuple[Settled, Future[str | None] | None]:
         """A request's max_tokens, settled once from the last snapshot's caps and budget
         (scheduling.limits.settle), and, where it fits only once the engine widens its KV layout, a
         future of the widening at the next step boundary (None, or why it could not). Raises
@@ -175,7 +175,8 @@ class EngineThread:
         if self._stopping:
             raise EngineUnavailable("the engine is shutting down")
         snapshot = self._snapshot
-        settled = settle(snapshot.caps, snapshot.kv_budget, num_prompt_tokens, asked_max_tokens, cut=cut)
+        settled = settle(snapshot.caps, snapshot.kv_budget, num_prompt_tokens, asked_max_tokens,
+                         default=default_max_tokens)
         if settled.long:
             self._long_seen = self.clock.now()
         if not settled.widens:
@@ -187,7 +188,9 @@ class EngineThread:
     def submit(self, request: Request) -> None:
         """Queues a request; raises RequestRejected at once if it could never run. One that fits only
         once the engine widens its KV layout has the engine widen first."""
-        self.admit(request.num_prompt_tokens, request.sampling.max_tokens)
+        settled, _ = self.admit(request.num_prompt_tokens, request.sampling.max_tokens)
+        if settled.max_tokens < request.sampling.max_tokens:
+            raise RequestRejected(settled.note or "max_tokens does not fit")
         self._post("add", request)
 
     def abort(self, request_id: int) -> None:

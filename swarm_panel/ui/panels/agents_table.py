@@ -24,6 +24,8 @@ class AgentRow:
     open: int
     figures: AgentFigures
     priority: int = 0
+    # Prompt tokens in KV of total, while the agent's request is still computing its prompt.
+    prompt: str = ""
 
 
 def _ms(p50: float | None, p95: float | None) -> str:
@@ -33,9 +35,11 @@ def _ms(p50: float | None, p95: float | None) -> str:
 
 
 def agent_rows(figures: list[AgentFigures], inflight: dict[str, int], lane_states: dict[str, str],
-               priorities: Mapping[str, int] | None = None) -> list[AgentRow]:
-    """lane_states: agent -> what its lane does now ("decode", "prefill", "padding")."""
+               priorities: Mapping[str, int] | None = None, prompts: Mapping[str, str] | None = None) -> list[AgentRow]:
+    """lane_states: agent -> what its lane does now ("decode", "prefill", "padding"); prompts: agent ->
+    its prompt's progress ("14,336 / 20,928") while it computes."""
     priorities = priorities or {}
+    prompts = prompts or {}
     by_name = {f.agent: f for f in figures}
     for name in priorities:
         by_name.setdefault(name, AgentFigures(agent=name))
@@ -46,7 +50,8 @@ def agent_rows(figures: list[AgentFigures], inflight: dict[str, int], lane_state
     rows = []
     for name in sorted(by_name):
         state = lane_states.get(name) or ("waiting" if inflight.get(name) else "idle")
-        rows.append(AgentRow(name, state, inflight.get(name, 0), by_name[name], priorities.get(name, 0)))
+        prompt = prompts.get(name, "") if state in ("prefill", "waiting") else ""
+        rows.append(AgentRow(name, state, inflight.get(name, 0), by_name[name], priorities.get(name, 0), prompt))
     return rows
 
 
@@ -109,6 +114,7 @@ class AgentsModel(QtCore.QAbstractTableModel):
         if role == QtCore.Qt.ItemDataRole.DisplayRole:
             f = row.figures
             state = f"{row.state} ({row.open})" if row.open > 1 else row.state
+            state = f"{state} {row.prompt}" if row.prompt else state
             return (row.agent, state, str(row.priority), str(f.requests), f"{f.tokens:,}", f"{f.tok_s:.1f}",
                     _ms(f.ttft_p50, f.ttft_p95), _ms(f.itl_p50, f.itl_p95))[column]
         if role == QtCore.Qt.ItemDataRole.EditRole and column == PRIORITY_COLUMN:

@@ -10,6 +10,7 @@ from functools import partial
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from swarm_panel.app.service.engine_service import SwarmService
+from swarm_panel.app.service.prompt_progress import prompt_progress
 from swarm_panel.app.service.step_feed import StepFeed
 from swarm_panel.app.settings.backends import format_backend
 from swarm_panel.app.settings.schema import scheduler_values
@@ -292,7 +293,8 @@ class MainWindow(QtWidgets.QMainWindow):
         lanes = thread.lanes() if thread is not None else ()
         lane_states = {lane.agent: lane.state for lane in lanes if lane.agent and lane.state != "idle"}
         priorities = thread.config.agent_priorities if thread is not None else {}
-        rows = agent_rows(snapshot.agents, inflight, lane_states, priorities)
+        prompts = {agent: p.text() for agent, p in prompt_progress(self.service.activity).items()}
+        rows = agent_rows(snapshot.agents, inflight, lane_states, priorities, prompts)
         self.service_plot.update_from(self.feed.axis_time(time.monotonic()), snapshot.agents, inflight, num_lanes,
                                       self.feed.markers[-20:])
         self.endpoint.set_agents(len(inflight), rows)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.app.responses_api.test_responses_store import Scripted, prompt_of
-from tests.app.server.test_server_common import FAST_CARD, assert_error, modeled_service, running
+from tests.app.server.test_server_common import FAST_CARD, modeled_service, running
 
 # The body Claude Code (npm @anthropic-ai/claude-code 2.1.332, on the wire claude-cli/2.1.197)
 # posted to /v1/messages?beta=true for `claude -p "Say hello."`; only its long texts are cut short.
@@ -56,10 +56,7 @@ def test_a_max_tokens_past_the_context_is_cut_to_what_is_left(server):
                                                            "messages": [{"role": "user", "content": "Hi"}]})
     assert answer.status_code == 200, answer.text
     assert answer.json()["stop_reason"] in {"end_turn", "tool_use"} and answer.json()["content"]
-    # The OpenAI endpoints still refuse it: their clients size max_tokens to the model.
-    assert_error(httpx.post(f"{server.url}/v1/chat/completions",
-                            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64000}),
-                 400, code="context_length_exceeded")
+    assert answer.headers["x-swarm-panel-note"].startswith("max_tokens 64,000 cut to ")
 
 
 def test_a_claude_code_request_is_served_as_its_session(server):
@@ -75,3 +72,22 @@ def test_a_claude_code_request_is_served_as_its_session(server):
     assert "Available agent types" in prompt  # its mid-conversation system turn
     session = json.loads(body["metadata"]["user_id"])["session_id"]
     assert f'agent="{session}"' in httpx.get(f"{server.url}/metrics").text
+
+
+def test_claude_codes_billing_header_is_left_out_so_sessions_share_their_prefix(client):
+    body = json.loads((CLAUDE_CODE_REQUEST.parent / "harnesses" / "claude-code" / "03-first-turn.json").read_text())["body"]
+    assert body["system"][0]["text"].startswith("x-anthropic-billing-header: cc_version=")
+
+    def prompt(version: str) -> str:
+        system = [{**body["system"][0], "text": f"x-anthropic-billing-header: cc_version={version}; cc_entrypoint=sdk-cli;"},
+                  *body["system"][1:]]
+        return prompt_of(lambda: client.messages.create(model="m", max_tokens=8, system=system,
+                                                        messages=[{"role": "user", "content": "Hi"}]))[0]
+
+    first, other = prompt("2.1.197.a35"), prompt("2.1.197.1c0")
+    assert first == other and "billing-header" not in first and "You are a Claude agent" in first
+    # Only a block that is nothing but the header goes: the same words inside an instruction stay.
+    kept = prompt_of(lambda: client.messages.create(
+        model="m", max_tokens=8, messages=[{"role": "user", "content": "Hi"}],
+        system=[{"type": "text", "text": "Quote this: x-anthropic-billing-header: a\nThen stop."}]))[0]
+    assert "x-anthropic-billing-header: a" in kept
