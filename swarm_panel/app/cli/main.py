@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from swarm_panel.app.cli import agents as agents_cli
 from swarm_panel.app.cli import bench, serve
 from swarm_panel.app.cli import chaos as chaos_cli
 from swarm_panel.app.cli import demo_model as demo_model_cli
@@ -42,6 +43,7 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
     chaos_cli.register(sub)
     demo_model_cli.register(sub)
     plan_cli.register(sub)
+    agents_cli.register(sub)
     if front_end is not None:
         front_end.register(sub)
     return parser
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> in
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per API call and the progress of long prompts: what a user watching an agent stall needs.
+    logging.getLogger("swarm_panel.requests").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if args.command is None:
         if front_end is None:
             parser.print_help(sys.stderr)

@@ -24,6 +24,7 @@ from swarm_panel.ui.panels.cache_panel import CachePanel
 from swarm_panel.ui.panels.controls import SchedulerControls
 from swarm_panel.ui.panels.endpoint_panel import EndpointPanel
 from swarm_panel.ui.panels.engine_panel import EnginePanel, Loader, choice_for, writes_real_text
+from swarm_panel.ui.panels.harness_panel import HarnessPanel
 from swarm_panel.ui.panels.swarm_launcher import SwarmLauncher
 from swarm_panel.ui.plots.ceiling_plot import CeilingPlot
 from swarm_panel.ui.plots.lane_timeline import LaneTimeline
@@ -113,6 +114,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.cache_panel = CachePanel(self.apply_scheduler)
         self.endpoint = EndpointPanel()
         self.agent_view = AgentView(service.activity)
+        self.harness = HarnessPanel(service.requests, lambda: self.url, lambda: self.service.settings)
         self.status = StatusBar()
         self.setStatusBar(self.status)
         self._build_layout()
@@ -153,7 +155,11 @@ class MainWindow(QtWidgets.QMainWindow):
             panel.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         right.addWidget(self.engine_panel)
         right.addWidget(self.cache_panel)
-        right.addWidget(self.endpoint, 1)
+        # Real coding agents (Claude Code, Codex...) launched against the endpoint, a tab beside its agents.
+        self.right_tabs = QtWidgets.QTabWidget()
+        self.right_tabs.addTab(self.endpoint, "Endpoint and agents")
+        self.right_tabs.addTab(self.harness, "Coding agents")
+        right.addWidget(self.right_tabs, 1)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         self.plot_tabs = QtWidgets.QTabWidget()
         self.plot_tabs.setDocumentMode(True)  # no frame: with the tab bar hidden, the live plots look as alone
@@ -562,6 +568,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.ab.running:
             self.ab.abort()
         self.launcher.stop()  # agents stop asking; stopping the engine below ends their open requests
+        self.harness.shutdown()
         try:
             self.save_settings()
         except Exception:  # never let a settings problem keep the engine running

@@ -1,0 +1,166 @@
+"""`swarm-panel agents`: the coding-agent harnesses this machine has, and a run of real ones.
+
+`agents list` says which harnesses are installed (and the command that installs each one that is not).
+`agents run KIND --dir FOLDER` starts the engine and the endpoint in this process, on any free port
+unless --port is given, launches N agents of the kind in the folder against it, waits for them to end
+(or --timeout, then stops them) and prints one row per agent: its exit code, its turns as the server
+logged them, the first turn's time, the prompt tokens computed on each turn and its final answer's end.
+Without --n-ctx the context is raised, where needed, to hold the kind's first turn and its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from swarm_panel.app.cli.serve import SERVE_FIELDS
+from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOptions
+from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind, installed_version
+from swarm_panel.app.harness.launcher import DEFAULT_TASK, HarnessNotFound, HarnessRun, Launcher
+from swarm_panel.app.server.http_server import HttpServer, PortInUse
+from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
+from swarm_panel.app.service.request_log import RequestRecord
+from swarm_panel.app.settings.flags import add_settings_arguments, given
+from swarm_panel.app.settings.schema import Settings
+
+CONTEXT_MARGIN = 1024  # the turns after the first add tool results to the prompt
+SHOWN_TURNS = 8  # computed tokens listed per agent; more are counted, not listed
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agents", help="list the coding-agent harnesses, or run real ones against the engine",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    listing = verbs.add_parser("list", help="which harnesses are installed, and how to install the others")
+    listing.set_defaults(run=run_list)
+    run = verbs.add_parser("run", help="launch N agents of a kind in a folder against the engine, wait, report")
+    run.add_argument("kind", metavar="KIND", help=f"one of {', '.join(KINDS)}")
+    run.add_argument("--dir", required=True, help="the folder the agents work in")
+    run.add_argument("--task", default=DEFAULT_TASK, help=f"what each agent is asked (default: {DEFAULT_TASK!r})")
+    run.add_argument("-n", "--agents", type=_positive, default=1, help="how many agents (default 1)")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="seconds to wait before stopping those still running (default: wait for all)")
+    run.add_argument("--max-output-tokens", type=_positive, default=DEFAULT_MAX_OUTPUT_TOKENS,
+                     help=f"each response's output limit, as each harness is told (default {DEFAULT_MAX_OUTPUT_TOKENS})")
+    add_settings_arguments(run.add_argument_group("the engine and the endpoint (as `serve`)"), SERVE_FIELDS)
+    run.set_defaults(run=run_agents)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def run_list(args: argparse.Namespace) -> int:
+    for kind in KINDS.values():
+        path = kind.path()
+        if path is None:
+            where = f"not installed; install: {kind.install} (or set {kind.env_var} to its path)"
+        else:
+            where = f"{installed_version(path) or 'version unknown'} at {path}"
+        print(f"{kind.key:<12} {kind.display}: {where}")
+        print(f"{'':<12} speaks {APIS[kind.api]}; its first turn needs ~{kind.context_tokens:,} tokens of context")
+    return 0
+
+
+def kind_named(name: str) -> HarnessKind:
+    if name not in KINDS:
+        raise ValueError(f"no harness kind {name!r}; the kinds: {', '.join(KINDS)}")
+    return KINDS[name]
+
+
+def settings_for(args: argparse.Namespace, kind: HarnessKind) -> Settings:
+    """The serve flags given, on any free port unless one is, with a context that holds the first turn and
+    --max-output-tokens as the limit of a request that names none."""
+    # Codex names no output limit: the server's default for such requests is the one it gets.
+    fields = {"port": 0, "default_max_tokens": args.max_output_tokens} | given(args, SERVE_FIELDS)
+    settings = Settings(**fields)
+    needed = kind.context_tokens + args.max_output_tokens + CONTEXT_MARGIN
+    if settings.n_ctx < needed:
+        if "n_ctx" in fields:
+            print(f"warning: {kind.display}'s first turn needs ~{needed:,} tokens of context; --n-ctx "
+                  f"{settings.n_ctx:,} may not hold it", file=sys.stderr)
+        else:
+            settings = Settings(**(fields | {"n_ctx": needed}))
+    return settings
+
+
+def run_agents(args: argparse.Namespace) -> int:
+    kind = kind_named(args.kind)
+    if not kind.found():
+        raise HarnessNotFound(kind)
+    if not Path(args.dir).expanduser().is_dir():  # before the engine loads, not after
+        raise ValueError(f"no such folder: {args.dir}")
+    settings = settings_for(args, kind)
+    options = HarnessOptions(max_output_tokens=args.max_output_tokens, context_tokens=settings.n_ctx,
+                             api_key=settings.api_key.get_secret_value() if settings.api_key else None)
+    try:
+        outcome = asyncio.run(launch_and_wait(settings, kind, args, options))
+    except PortInUse as exc:
+        print(f"swarm-panel: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if outcome is None:  # the engine did not load
+        return 1
+    launcher, runs = outcome
+    print_rows(launcher, runs)
+    return 0 if all(run.completed for run in runs) else 1
+
+
+async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.Namespace,
+                          options: HarnessOptions) -> tuple[Launcher, list[HarnessRun]] | None:
+    share_the_interpreter()
+    service = SwarmService(settings)
+    http = HttpServer(service)
+    print(f"loading the {settings.engine} engine (n_ctx {settings.n_ctx:,})...", file=sys.stderr, flush=True)
+    try:
+        await asyncio.to_thread(service.start)
+    except Exception as exc:  # noqa: BLE001 - a bad model path or file is the user's to fix, not a traceback
+        print(f"swarm-panel: error: cannot load the engine: {exc}", file=sys.stderr)
+        return None
+    try:
+        await http.start()
+        launcher = Launcher(service.requests, options=options)
+        try:
+            runs = await launcher.start(kind, args.dir, http.url, args.task, args.agents)
+            print(f"{len(runs)} {kind.display} agent(s) in {runs[0].folder} against {http.url}",
+                  file=sys.stderr, flush=True)
+            if not await launcher.wait(args.timeout):
+                print(f"stopping the agents still running after {args.timeout:g} s", file=sys.stderr, flush=True)
+        finally:
+            await launcher.stop_all()
+        return launcher, runs
+    finally:
+        await http.stop()
+        await asyncio.to_thread(service.stop)
+
+
+def print_rows(launcher: Launcher, runs: list[HarnessRun]) -> None:
+    print(f"{'agent':<16} {'status':<8} {'exit':>4} {'done':<4} {'turns':>5} {'first turn':>10}  "
+          f"{'computed per turn':<28} answer")
+    for run in runs:
+        turns = launcher.turns(run.name)
+        print(f"{run.name:<16} {run.status:<8} {_or_dash(run.exit_code):>4} {'yes' if run.completed else 'no':<4} "
+              f"{len(turns):>5} {_first_turn(turns):>10}  {_computed(turns):<28} {run.answer(120) or '-'}")
+        if run.error:
+            print(f"{'':<16} {run.error}")
+        elif not run.completed and run.stderr.text.strip():
+            print(f"{'':<16} stderr: {' '.join(run.stderr.text.split())[-300:]}")
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _first_turn(turns: list[RequestRecord]) -> str:
+    return f"{turns[0].seconds:.1f} s" if turns else "-"
+
+
+def _computed(turns: list[RequestRecord]) -> str:
+    shown = ", ".join(str(t.computed_tokens) for t in turns[:SHOWN_TURNS])
+    return (shown + f", … ({len(turns)})") if len(turns) > SHOWN_TURNS else (shown or "-")

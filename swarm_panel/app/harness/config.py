@@ -1,0 +1,247 @@
+"""One launch's private config home, command line and environment, per harness.
+
+Every launch gets a folder of its own as HOME and as each harness's config home (CLAUDE_CONFIG_DIR,
+CODEX_HOME, XDG_*, QWEN_HOME), so the user's own settings, sessions and keys are neither read nor
+touched, and the user's ANTHROPIC_*/OPENAI_*/... variables are dropped. The base URL names the agent
+(`/agents/NAME`, app.endpoint.agent_paths), so its requests are counted and logged as NAME whatever
+the harness puts in its body. Each flag and variable below was checked against the installed
+harness's --help and its package's source (docs/agents.md names the versions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarm_panel.app.endpoint.agent_paths import agent_base_url
+
+DEFAULT_MODEL = "swarm-panel"  # the server answers any model name with the model it has loaded
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # per response: long enough for an edit, short enough for a CPU
+DEFAULT_CONTEXT_TOKENS = 32768  # the server's default n_ctx; a harness that plans its context uses it
+DUMMY_KEY = "swarm-panel"  # a server without --api-key checks none, but every harness wants one
+# A CPU computes Claude Code's 21k-token first prompt in minutes; the harnesses' own defaults (5-10
+# minutes, or a watchdog on a quiet stream) would hang up and send it again from the start.
+REQUEST_TIMEOUT_S = 1800
+REQUEST_RETRIES = 2
+# The user's variables that would point a harness elsewhere or at the user's own config.
+FOREIGN_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CLAUDE_", "CODEX_", "OPENCODE_", "QWEN_", "AIDER_", "XDG_")
+# Claude Code refuses --dangerously-skip-permissions as root outside a sandbox; an allow-list runs
+# unattended as any user (tools left out are refused, not asked about, under --print).
+CLAUDE_CODE_TOOLS = "Read,Edit,Write,Glob,Grep,Bash"
+AIDER_MAX_FILES = 32  # the folder's files aider is given to edit; a bigger folder gets the first ones
+AIDER_MAX_FILE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessOptions:
+    """What a caller may change about every launch."""
+
+    model: str = DEFAULT_MODEL
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    api_key: str | None = None  # the server's --api-key; None sends a dummy
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # the server's n_ctx, told to harnesses that plan with it
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_output_tokens < 1:
+            raise ValueError("max_output_tokens must be at least 1")
+        if not self.model or any(c.isspace() or c == "/" for c in self.model):
+            raise ValueError(f"a model name without spaces or slashes is needed, not {self.model!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One launch as a recipe sees it."""
+
+    executable: str
+    server_url: str
+    name: str
+    folder: Path
+    task: str
+    home: Path
+    options: HarnessOptions
+
+    @property
+    def base_url(self) -> str:
+        return agent_base_url(self.server_url, self.name)
+
+    @property
+    def key(self) -> str:
+        return self.options.api_key or DUMMY_KEY
+
+    @property
+    def timeout_ms(self) -> int:
+        return round(self.options.request_timeout_s * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    home: Path  # removed once the harness has exited
+
+
+def prepare(recipe: str, job: Job) -> Launch:
+    """Writes the job's config under job.home and returns its command and environment."""
+    job.home.mkdir(parents=True, exist_ok=True)
+    argv, env = RECIPES[recipe](job)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES)}
+    return Launch(argv, base | {"HOME": str(job.home), "NO_COLOR": "1"} | env, job.home)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def claude_code(job: Job) -> tuple[list[str], dict[str, str]]:
+    config = job.home / "claude"
+    config.mkdir()
+    env = {
+        "CLAUDE_CONFIG_DIR": str(config),
+        "ANTHROPIC_BASE_URL": job.base_url,
+        "ANTHROPIC_AUTH_TOKEN": job.key,
+        "ANTHROPIC_MODEL": job.options.model,
+        # Its background calls (titles, summaries) name a Haiku model otherwise.
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": job.options.model,
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(job.options.max_output_tokens),
+        "API_TIMEOUT_MS": str(job.timeout_ms),
+        # Its watchdog on a stream without events (it drops our pings); it never waits less than 5 minutes.
+        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(job.timeout_ms),
+        "CLAUDE_CODE_MAX_RETRIES": str(REQUEST_RETRIES),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    argv = [job.executable, "--print", "--output-format", "text", "--allowedTools", CLAUDE_CODE_TOOLS, "--", job.task]
+    return argv, env
+
+
+def codex(job: Job) -> tuple[list[str], dict[str, str]]:
+    # Codex 0.171 has no setting for the output limit: its requests leave max_output_tokens to the server.
+    home = job.home / "codex"
+    _write(home / "config.toml", "\n".join((
+        f"model = {_toml(job.options.model)}",
+        'model_provider = "swarm"',
+        f"model_context_window = {job.options.context_tokens}",
+        'approval_policy = "never"',
+        'sandbox_mode = "workspace-write"',
+        "check_for_update_on_startup = false",
+        "",
+        "[model_providers.swarm]",
+        'name = "swarm-panel"',
+        f"base_url = {_toml(job.base_url + '/v1')}",
+        'wire_api = "responses"',
+        'env_key = "SWARM_PANEL_AGENT_KEY"',
+        f"request_max_retries = {REQUEST_RETRIES}",
+        f"stream_max_retries = {REQUEST_RETRIES}",
+        f"stream_idle_timeout_ms = {job.timeout_ms}",
+        "",
+    )))
+    argv = [job.executable, "exec", "--skip-git-repo-check", "--sandbox", "workspace-write", "--color", "never",
+            "--", job.task]
+    return argv, {"CODEX_HOME": str(home), "SWARM_PANEL_AGENT_KEY": job.key}
+
+
+def opencode(job: Job) -> tuple[list[str], dict[str, str]]:
+    xdg = {f"XDG_{part.upper()}_HOME": str(job.home / part) for part in ("config", "data", "state", "cache")}
+    model = job.options.model
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"swarm": {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "swarm-panel",
+            # headerTimeout and chunkTimeout (5 minutes each by default) end a long prefill's quiet stream.
+            "options": {"baseURL": job.base_url + "/v1", "apiKey": job.key, "timeout": job.timeout_ms,
+                        "headerTimeout": job.timeout_ms, "chunkTimeout": job.timeout_ms},
+            "models": {model: {"name": model, "limit": {"context": job.options.context_tokens,
+                                                        "output": job.options.max_output_tokens}}},
+        }},
+        "model": f"swarm/{model}",
+        "small_model": f"swarm/{model}",
+        "autoupdate": False,
+        "share": "disabled",
+        "permission": {"edit": "allow", "bash": "allow"},
+    }
+    _write(job.home / "config" / "opencode" / "opencode.json", json.dumps(config, indent=2))
+    env = xdg | {
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",  # models.dev: a download, and nothing it lists is ours
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",  # it reads ~/.claude's prompts and skills otherwise
+    }
+    return [job.executable, "run", "--model", f"swarm/{model}", job.task], env
+
+
+def qwen_code(job: Job) -> tuple[list[str], dict[str, str]]:
+    home = job.home / "qwen"
+    settings = {
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"name": job.options.model, "generationConfig": {
+            "timeout": job.timeout_ms, "maxRetries": REQUEST_RETRIES,
+            "contextWindowSize": job.options.context_tokens}},
+        "general": {"enableAutoUpdate": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    _write(home / "settings.json", json.dumps(settings, indent=2))
+    env = {
+        "QWEN_HOME": str(home),
+        "OPENAI_BASE_URL": job.base_url + "/v1",
+        "OPENAI_API_KEY": job.key,
+        "OPENAI_MODEL": job.options.model,
+        # A fixed limit; unset, it asks for 8k and retries a cut answer with 64k.
+        "QWEN_CODE_MAX_OUTPUT_TOKENS": str(job.options.max_output_tokens),
+    }
+    # The positional prompt runs one-shot (-p is deprecated); --yolo approves every tool call.
+    argv = [job.executable, "--auth-type", "openai", "--model", job.options.model, "--yolo", job.task]
+    return argv, env
+
+
+def aider(job: Job) -> tuple[list[str], dict[str, str]]:
+    home = job.home / "aider"
+    model = f"openai/{job.options.model}"
+    # YAML is a superset of JSON: the settings file is JSON, no YAML writer needed.
+    settings = _write(home / "model-settings.yml", json.dumps(
+        [{"name": model, "extra_params": {"max_tokens": job.options.max_output_tokens}}]))
+    metadata = _write(home / "model-metadata.json", json.dumps({model: {
+        "max_input_tokens": job.options.context_tokens, "max_output_tokens": job.options.max_output_tokens,
+        "input_cost_per_token": 0, "output_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}}))
+    argv = [
+        job.executable, "--model", model, "--openai-api-base", job.base_url + "/v1", "--openai-api-key", job.key,
+        "--model-settings-file", str(settings), "--model-metadata-file", str(metadata),
+        "--timeout", str(round(job.options.request_timeout_s)),
+        "--yes-always", "--no-git", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes",
+        "--no-analytics", "--no-pretty", "--no-fancy-input", "--map-tokens", "0", "--no-restore-chat-history",
+        # Its history and .env would otherwise be the folder's own.
+        "--chat-history-file", str(home / "chat-history.md"), "--input-history-file", str(home / "input-history"),
+        "--env-file", str(home / ".env"),
+        "--message", job.task, *_folder_files(job.folder),
+    ]
+    # litellm fetches its model price list at import otherwise.
+    return argv, {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def _folder_files(folder: Path) -> list[str]:
+    """The folder's own files (not hidden, not huge), by name, for aider to read and edit."""
+    files = sorted(p.name for p in folder.iterdir()
+                   if p.is_file() and not p.name.startswith(".") and p.stat().st_size <= AIDER_MAX_FILE_BYTES)
+    return files[:AIDER_MAX_FILES]
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string
+
+
+RECIPES: dict[str, Callable[[Job], tuple[list[str], dict[str, str]]]] = {
+    "claude-code": claude_code,
+    "codex": codex,
+    "opencode": opencode,
+    "qwen-code": qwen_code,
+    "aider": aider,
+}

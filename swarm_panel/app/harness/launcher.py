@@ -1,0 +1,222 @@
+"""Launched harnesses: each one a process in its own process group, watched on the asyncio loop, its
+output's tail kept, its config home removed when it ends; its turns are its requests in the service's
+request log, under the name its base URL gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
+from swarm_panel.app.harness.kinds import HarnessKind
+from swarm_panel.app.service.request_log import RequestLog, RequestRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TASK = "Read hello.py and say what it prints."
+STARTING, RUNNING, EXITED, STOPPED, FAILED = "starting", "running", "exited", "stopped", "failed"
+FINISHED = (EXITED, STOPPED, FAILED)
+TAIL_CHARS = 16_000  # of each stream: the final answer and the last complaint, not a whole session
+STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
+# After the harness exits, how long its pipes may stay open (a child it left behind holds them).
+PIPE_DRAIN_S = 2.0
+READ_CHUNK = 4096
+
+
+class HarnessNotFound(ValueError):
+    def __init__(self, kind: HarnessKind) -> None:
+        super().__init__(f"{kind.display} is not installed (no `{kind.executable}` on PATH, nor {kind.env_var}); "
+                         f"install it with: {kind.install}")
+        self.kind = kind
+
+
+class Tail:
+    """The last `limit` characters of a stream, decoded as the bytes come."""
+
+    def __init__(self, limit: int = TAIL_CHARS) -> None:
+        self.limit = limit
+        self.text = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def add(self, data: bytes) -> None:
+        self.text = (self.text + self._decoder.decode(data))[-self.limit:]
+
+
+@dataclass(eq=False)
+class HarnessRun:
+    kind: HarnessKind
+    name: str  # the agent's name on the server: claude-code-1
+    folder: Path
+    task: str
+    status: str = STARTING
+    pid: int | None = None
+    exit_code: int | None = None
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    error: str | None = None  # why it failed to start
+    stdout: Tail = field(default_factory=Tail)
+    stderr: Tail = field(default_factory=Tail)
+    home: Path | None = None  # its private config home, gone once it has ended
+    stop_asked: bool = False
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    watcher: asyncio.Task | None = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def completed(self) -> bool:
+        return self.status == EXITED and self.exit_code == 0
+
+    def answer(self, chars: int = 300) -> str:
+        """The end of what it printed: under --print/exec/run, its final answer."""
+        text = " ".join(self.stdout.text.split())
+        return text[-chars:]
+
+
+class Launcher:
+    """Starts harnesses against a server, watches them, stops them; runs on the caller's asyncio loop."""
+
+    def __init__(self, requests: RequestLog | None = None, *, options: HarnessOptions | None = None,
+                 state_dir: Path | None = None, grace_s: float = STOP_GRACE_S) -> None:
+        self.requests = requests
+        self.options = options or HarnessOptions()
+        self.state_dir = state_dir  # where config homes go; None: the system's temp folder
+        self.grace_s = grace_s
+        self.runs: list[HarnessRun] = []
+        self._numbers: Counter[str] = Counter()
+
+    def run(self, name: str) -> HarnessRun:
+        for run in self.runs:
+            if run.name == name:
+                return run
+        raise KeyError(name)
+
+    def turns(self, name: str) -> list[RequestRecord]:
+        """The agent's requests the server has answered (or refused), oldest first."""
+        return self.requests.records(agent=name) if self.requests is not None else []
+
+    async def start(self, kind: HarnessKind, folder: Path | str, server_url: str, task: str = DEFAULT_TASK,
+                    n: int = 1) -> list[HarnessRun]:
+        """Launches n agents of a kind in the folder; raises HarnessNotFound with its install command."""
+        executable = kind.path()
+        if executable is None:
+            raise HarnessNotFound(kind)
+        folder = Path(folder).expanduser().resolve()
+        if not folder.is_dir():
+            raise ValueError(f"no such folder: {folder}")
+        if not task.strip():
+            raise ValueError("the task is empty")
+        started = []
+        for _ in range(n):
+            self._numbers[kind.key] += 1
+            run = HarnessRun(kind, f"{kind.key}-{self._numbers[kind.key]}", folder, task)
+            self.runs.append(run)
+            await self._spawn(run, executable, server_url)
+            started.append(run)
+        return started
+
+    async def _spawn(self, run: HarnessRun, executable: str, server_url: str) -> None:
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        run.home = Path(tempfile.mkdtemp(prefix=f"swarm-panel-{run.name}-", dir=self.state_dir))
+        try:
+            launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, run.folder, run.task,
+                                                       run.home, self.options))
+            process = await asyncio.create_subprocess_exec(
+                *launch.argv, cwd=run.folder, env=launch.env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)  # its own process group: a stop reaches what it started too
+        except (OSError, ValueError) as exc:
+            log.warning("%s did not start: %s", run.name, exc)
+            run.status, run.error, run.ended = FAILED, str(exc), time.time()
+            _remove(run)
+            return
+        log.info("%s started: pid %d in %s", run.name, process.pid, run.folder)
+        run.process, run.pid, run.status = process, process.pid, RUNNING
+        run.watcher = asyncio.create_task(self._watch(run, process), name=f"harness-{run.name}")
+
+    async def _watch(self, run: HarnessRun, process: asyncio.subprocess.Process) -> None:
+        readers = [asyncio.create_task(_pump(process.stdout, run.stdout)),
+                   asyncio.create_task(_pump(process.stderr, run.stderr))]
+        try:
+            run.exit_code = await process.wait()
+            _, open_pipes = await asyncio.wait(readers, timeout=PIPE_DRAIN_S)
+            if open_pipes:  # children it left behind: they end with it
+                _signal_group(process, kill=True)
+                await asyncio.wait(open_pipes, timeout=PIPE_DRAIN_S)
+        finally:
+            for reader in readers:
+                reader.cancel()
+            run.ended = time.time()
+            run.status = STOPPED if run.stop_asked else EXITED
+            _remove(run)
+            log.info("%s %s with exit code %s", run.name, run.status, run.exit_code)
+
+    async def stop(self, name: str) -> None:
+        """SIGTERM to its process group, SIGKILL after the grace period; returns once it has ended."""
+        run = self.run(name)
+        if run.finished or run.process is None or run.watcher is None:
+            return
+        run.stop_asked = True
+        _signal_group(run.process, kill=False)
+        if not await _ended(run.watcher, self.grace_s):
+            log.info("%s ignored SIGTERM for %.0f s: killing it", name, self.grace_s)
+            _signal_group(run.process, kill=True)
+            await _ended(run.watcher, None)
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop(run.name) for run in self.runs if not run.finished))
+
+    def terminate_all(self) -> None:
+        """SIGTERM to every running agent's group at once, without waiting: the app is closing."""
+        for run in self.runs:
+            if not run.finished and run.process is not None:
+                run.stop_asked = True
+                _signal_group(run.process, kill=False)
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Waits for every launched agent to end; False if some still run after `timeout` seconds."""
+        watchers = [run.watcher for run in self.runs if run.watcher is not None and not run.watcher.done()]
+        if watchers:
+            await asyncio.wait(watchers, timeout=timeout)
+        return all(run.finished for run in self.runs)
+
+
+async def _pump(stream: asyncio.StreamReader | None, tail: Tail) -> None:
+    while stream is not None and (data := await stream.read(READ_CHUNK)):
+        tail.add(data)
+
+
+async def _ended(watcher: asyncio.Task, timeout: float | None) -> bool:
+    done, _ = await asyncio.wait([watcher], timeout=timeout)
+    return bool(done)
+
+
+def _signal_group(process: asyncio.subprocess.Process, *, kill: bool) -> None:
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        elif kill:  # Windows: no process groups to signal
+            process.kill()
+        else:
+            process.terminate()
+    except ProcessLookupError:  # already gone
+        pass
+
+
+def _remove(run: HarnessRun) -> None:
+    if run.home is not None:
+        shutil.rmtree(run.home, ignore_errors=True)
+        run.home = None

@@ -1,0 +1,59 @@
+"""A stand-in harness for the tests: a Python script configured as Qwen Code is (OPENAI_* variables, the
+task last on its command line), so launching, naming by base URL and turn counting run for real with no
+harness installed. The task picks what it does:
+
+- anything but the words below: one chat request to the base URL it was given, its reply printed, exit 0;
+- "hang": starts a child, both ignore SIGTERM, and sleeps (a stop must kill the whole group);
+- "fail": complains on stderr and exits 3;
+- "quiet": says "done" and exits 0 without a request (no server needed).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from swarm_panel.app.harness.kinds import HarnessKind
+
+SCRIPT = '''\
+import json, os, signal, subprocess, sys, time, urllib.request
+
+task = sys.argv[-1]
+if "--version" in sys.argv:
+    print("fake-agent 9.9.9")
+    sys.exit(0)
+print("home=" + os.environ["HOME"], flush=True)
+if task == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    with open("child.pid", "w") as f:
+        f.write(str(child.pid))
+    print("hanging", flush=True)
+    time.sleep(600)
+elif task == "quiet":
+    print("done")
+elif task == "fail":
+    print("fake-agent: cannot do that", file=sys.stderr)
+    sys.exit(3)
+else:
+    body = {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": task}], "max_tokens": 8}
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
+                                     {"content-type": "application/json",
+                                      "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    reply = json.load(urllib.request.urlopen(request, timeout=120))
+    print("answer: " + reply["choices"][0]["message"]["content"].strip())
+'''
+
+
+def fake_kind(folder: Path, key: str = "fake-agent") -> HarnessKind:
+    """A kind whose executable is the script above, written into `folder`."""
+    script = folder / f"{key}.py"
+    script.write_text(f"#!{sys.executable}\n{SCRIPT}")
+    script.chmod(0o755)
+    return HarnessKind(key, "Fake agent", str(script), "pip install fake-agent", "chat", 1_000, recipe="qwen-code")
+
+
+def missing_kind() -> HarnessKind:
+    return HarnessKind("missing-agent", "Missing agent", "swarm-panel-no-such-harness",
+                       "npm install -g missing-agent", "chat", 2_000)

@@ -1,0 +1,141 @@
+"""Each harness's private config: the agent's base URL, the output limit and the private home are in
+what it reads, and neither the user's home nor the user's own variables are."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from swarm_panel.app.harness.config import RECIPES, HarnessOptions, Job, prepare
+
+SERVER = "http://127.0.0.1:9999"
+AGENT_URL = f"{SERVER}/agents/kind-7"
+OUTPUT = 4242  # an output limit no default has
+CONTEXT = 40960
+
+
+@pytest.fixture
+def user_home(tmp_path, monkeypatch):
+    home = tmp_path / "user"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-the-users-own")
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://api.example.com/v1")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    return home
+
+
+def job(tmp_path: Path, **options) -> Job:
+    folder = tmp_path / "work"
+    folder.mkdir(exist_ok=True)
+    (folder / "hello.py").write_text('print("hello")\n')
+    (folder / ".env").write_text("SECRET=1\n")
+    (folder / "sub").mkdir(exist_ok=True)
+    return Job("/opt/bin/harness", SERVER, "kind-7", folder, "Read hello.py", tmp_path / "private",
+               HarnessOptions(max_output_tokens=OUTPUT, context_tokens=CONTEXT, **options))
+
+
+def everything(launch) -> str:
+    """The command line, the variables set and every file written: all the harness reads from us."""
+    files = [p.read_text() for p in sorted(launch.home.rglob("*")) if p.is_file()]
+    return "\n".join([*launch.argv, *(f"{k}={v}" for k, v in launch.env.items()), *files])
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_every_recipe_points_at_the_agent_path_in_a_private_home(recipe, tmp_path, user_home):
+    launch = prepare(recipe, job(tmp_path))
+    text = everything(launch)
+    assert AGENT_URL in text
+    assert launch.env["HOME"] == str(tmp_path / "private") == str(launch.home)
+    assert str(user_home) not in text
+    assert "sk-the-users-own" not in text and "api.example.com" not in text
+    assert "ANTHROPIC_API_KEY" not in launch.env
+    assert launch.argv[0] == "/opt/bin/harness" and launch.argv[-1] in ("Read hello.py", "hello.py")
+    if recipe != "codex":  # Codex has no such setting: `agents run` sets the server's default instead
+        assert str(OUTPUT) in text
+    for name, value in launch.env.items():  # every config folder it is given is the private one
+        if name.endswith(("_HOME", "_DIR")) and name.startswith(("CLAUDE", "CODEX", "QWEN", "XDG")):
+            assert Path(value).is_relative_to(launch.home), name
+
+
+def test_claude_code_reads_the_anthropic_variables(tmp_path, user_home):
+    launch = prepare("claude-code", job(tmp_path, api_key="k-1"))
+    env = launch.env
+    assert env["ANTHROPIC_BASE_URL"] == AGENT_URL
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "k-1"
+    assert env["ANTHROPIC_MODEL"] == "swarm-panel"
+    assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == str(OUTPUT)
+    assert Path(env["CLAUDE_CONFIG_DIR"]).is_dir()
+    assert int(env["API_TIMEOUT_MS"]) >= 600_000 and int(env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"]) >= 600_000
+    assert env["DISABLE_TELEMETRY"] == "1"
+    argv = launch.argv
+    assert "--print" in argv and "--allowedTools" in argv and "--dangerously-skip-permissions" not in argv
+    assert argv[-2:] == ["--", "Read hello.py"]
+
+
+def test_codex_gets_a_responses_provider_in_its_own_home(tmp_path, user_home):
+    launch = prepare("codex", job(tmp_path))
+    config = tomllib.loads((Path(launch.env["CODEX_HOME"]) / "config.toml").read_text())
+    assert config["model_provider"] == "swarm" and config["model"] == "swarm-panel"
+    assert config["model_context_window"] == CONTEXT
+    provider = config["model_providers"]["swarm"]
+    assert provider["base_url"] == AGENT_URL + "/v1" and provider["wire_api"] == "responses"
+    assert provider["stream_idle_timeout_ms"] >= 600_000 and provider["request_max_retries"] >= 1
+    assert launch.env[provider["env_key"]] == "swarm-panel"  # the dummy key, under the name it reads
+    assert launch.argv[1:3] == ["exec", "--skip-git-repo-check"]
+    assert launch.argv[launch.argv.index("--sandbox") + 1] == "workspace-write"
+
+
+def test_opencode_declares_an_openai_compatible_provider_with_limits(tmp_path, user_home):
+    launch = prepare("opencode", job(tmp_path))
+    path = Path(launch.env["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
+    config = json.loads(path.read_text())
+    provider = config["provider"]["swarm"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"]["baseURL"] == AGENT_URL + "/v1"
+    assert provider["options"]["timeout"] >= 600_000 and provider["options"]["chunkTimeout"] >= 600_000
+    assert provider["models"]["swarm-panel"]["limit"] == {"context": CONTEXT, "output": OUTPUT}
+    assert launch.argv[1:4] == ["run", "--model", "swarm/swarm-panel"]
+    for part in ("DATA", "STATE", "CACHE"):
+        assert Path(launch.env[f"XDG_{part}_HOME"]).is_relative_to(launch.home)
+
+
+def test_qwen_code_reads_openai_variables_and_its_own_settings(tmp_path, user_home):
+    launch = prepare("qwen-code", job(tmp_path))
+    env = launch.env
+    assert env["OPENAI_BASE_URL"] == AGENT_URL + "/v1" and env["OPENAI_MODEL"] == "swarm-panel"
+    assert env["QWEN_CODE_MAX_OUTPUT_TOKENS"] == str(OUTPUT)
+    settings = json.loads((Path(env["QWEN_HOME"]) / "settings.json").read_text())
+    assert settings["security"]["auth"]["selectedType"] == "openai"
+    assert settings["model"]["generationConfig"]["timeout"] >= 600_000
+    assert settings["model"]["generationConfig"]["contextWindowSize"] == CONTEXT
+    assert "--yolo" in launch.argv and launch.argv[-1] == "Read hello.py"
+
+
+def test_aider_gets_flags_the_folders_files_and_no_history_in_the_folder(tmp_path, user_home):
+    launch = prepare("aider", job(tmp_path))
+    argv = launch.argv
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert value("--openai-api-base") == AGENT_URL + "/v1"
+    assert value("--model") == "openai/swarm-panel" and value("--message") == "Read hello.py"
+    assert {"--yes-always", "--no-git", "--no-check-update", "--no-show-model-warnings"} <= set(argv)
+    assert int(value("--timeout")) >= 600
+    assert argv[-1] == "hello.py" and ".env" not in argv and "sub" not in argv  # files, not hidden ones or folders
+    for flag in ("--chat-history-file", "--input-history-file", "--env-file", "--model-settings-file"):
+        assert Path(value(flag)).is_relative_to(launch.home)
+    settings = json.loads(Path(value("--model-settings-file")).read_text())
+    assert settings == [{"name": "openai/swarm-panel", "extra_params": {"max_tokens": OUTPUT}}]
+    metadata = json.loads(Path(value("--model-metadata-file")).read_text())
+    assert metadata["openai/swarm-panel"]["max_input_tokens"] == CONTEXT
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "a/b"])
+def test_a_model_name_a_harness_cannot_carry_is_refused(bad):
+    with pytest.raises(ValueError, match="model name"):
+        HarnessOptions(model=bad)
