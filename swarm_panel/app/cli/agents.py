@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -39,7 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("kind", metavar="KIND", help=f"one of {', '.join(KINDS)}")
     run.add_argument("--dir", required=True, help="the folder the agents work in")
     run.add_argument("--task", default=DEFAULT_TASK, help=f"what each agent is asked (default: {DEFAULT_TASK!r})")
-    run.add_argument("-n", "--agents", type=_positive, default=1, help="how many agents (default 1)")
+    run.add_argument("-n", "--agents", type=_positive, default=1, help="how many agents at once (default 1)")
+    run.add_argument("--sessions", type=_positive, default=1,
+                     help="run the N agents this many times, one round after another, on the same engine: "
+                          "later sessions show what reuse of the harness's prompt saves (default 1)")
+    run.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds to wait before stopping those still running (default: wait for all)")
     run.add_argument("--max-output-tokens", type=_positive, default=DEFAULT_MAX_OUTPUT_TOKENS,
@@ -108,7 +113,11 @@ def run_agents(args: argparse.Namespace) -> int:
     if outcome is None:  # the engine did not load
         return 1
     launcher, runs = outcome
-    print_rows(launcher, runs)
+    if args.json:
+        for row in rows(launcher, runs):
+            print(json.dumps(row))
+    else:
+        print_rows(launcher, runs)
     return 0 if all(run.completed for run in runs) else 1
 
 
@@ -126,12 +135,16 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
     try:
         await http.start()
         launcher = Launcher(service.requests, options=options)
+        runs: list[HarnessRun] = []
         try:
-            runs = await launcher.start(kind, args.dir, http.url, args.task, args.agents)
-            print(f"{len(runs)} {kind.display} agent(s) in {runs[0].folder} against {http.url}",
-                  file=sys.stderr, flush=True)
-            if not await launcher.wait(args.timeout):
-                print(f"stopping the agents still running after {args.timeout:g} s", file=sys.stderr, flush=True)
+            for session in range(1, args.sessions + 1):
+                started = await launcher.start(kind, args.dir, http.url, args.task, args.agents)
+                runs += started
+                print(f"session {session}: {len(started)} {kind.display} agent(s) in {started[0].folder} "
+                      f"against {http.url}", file=sys.stderr, flush=True)
+                if not await launcher.wait(args.timeout):
+                    print(f"stopping the agents still running after {args.timeout:g} s", file=sys.stderr, flush=True)
+                    break
         finally:
             await launcher.stop_all()
         return launcher, runs
@@ -140,13 +153,41 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
         await asyncio.to_thread(service.stop)
 
 
+def rows(launcher: Launcher, runs: list[HarnessRun]) -> list[dict[str, object]]:
+    """One dict per agent: what print_rows shows, whole."""
+    out = []
+    for run in runs:
+        turns = launcher.turns(run.name)
+        first = first_turn(turns)
+        out.append({"agent": run.name, "kind": run.kind.key, "status": run.status, "exit_code": run.exit_code,
+                    "completed": run.completed, "turns": len(turns),
+                    "seconds": None if run.ended is None else round(run.ended - run.started, 1),
+                    "first_turn_s": None if first is None else round(first.seconds, 1),
+                    "first_turn_prompt": None if first is None else first.prompt_tokens,
+                    "first_turn_computed": None if first is None else first.computed_tokens,
+                    "prompt": [t.prompt_tokens for t in turns], "computed": [t.computed_tokens for t in turns],
+                    "status_codes": [t.status for t in turns], "answer": run.answer(300)})
+    return out
+
+
+def first_turn(turns: list[RequestRecord]) -> RequestRecord | None:
+    """The first request of the agent's own conversation: side requests (opencode's and Claude Code's
+    title requests) come first but carry no tools, so their prompt is a small part of the largest."""
+    if not turns:
+        return None
+    largest = max(t.prompt_tokens for t in turns)
+    return next(t for t in turns if t.prompt_tokens * 2 >= largest)
+
+
 def print_rows(launcher: Launcher, runs: list[HarnessRun]) -> None:
     print(f"{'agent':<16} {'status':<8} {'exit':>4} {'done':<4} {'turns':>5} {'first turn':>10}  "
           f"{'computed per turn':<28} answer")
     for run in runs:
         turns = launcher.turns(run.name)
+        first = first_turn(turns)
+        shown = "-" if first is None else f"{first.seconds:.1f} s"
         print(f"{run.name:<16} {run.status:<8} {_or_dash(run.exit_code):>4} {'yes' if run.completed else 'no':<4} "
-              f"{len(turns):>5} {_first_turn(turns):>10}  {_computed(turns):<28} {run.answer(120) or '-'}")
+              f"{len(turns):>5} {shown:>10}  {_computed(turns):<28} {run.answer(120) or '-'}")
         if run.error:
             print(f"{'':<16} {run.error}")
         elif not run.completed and run.stderr.text.strip():
@@ -155,10 +196,6 @@ def print_rows(launcher: Launcher, runs: list[HarnessRun]) -> None:
 
 def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
-
-
-def _first_turn(turns: list[RequestRecord]) -> str:
-    return f"{turns[0].seconds:.1f} s" if turns else "-"
 
 
 def _computed(turns: list[RequestRecord]) -> str:

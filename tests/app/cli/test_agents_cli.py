@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -99,3 +100,17 @@ def test_the_context_is_raised_to_hold_the_first_turn_unless_the_user_set_it(fak
     settings = settings_for(args, big)
     assert settings.n_ctx == 8192 and settings.port == 8123
     assert "may not hold it" in capsys.readouterr().err
+
+
+def test_sessions_run_one_after_another_and_the_second_reuses_the_firsts_prompt(fake, folder, capsys):
+    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
+                 "--task", "Say hi", "--timeout", "120", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert (first["agent"], second["agent"]) == ("fake-agent-1", "fake-agent-2")
+    assert first["completed"] and second["completed"] and first["turns"] == second["turns"] == 1
+    assert first["first_turn_computed"] == first["first_turn_prompt"]
+    # The same harness prompt again: the second session computes a small part of it (issue #39: under 10%).
+    assert second["first_turn_prompt"] == first["first_turn_prompt"] > 100
+    assert second["first_turn_computed"] * 10 < first["first_turn_computed"]

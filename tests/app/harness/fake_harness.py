@@ -37,7 +37,10 @@ elif task == "fail":
     print("fake-agent: cannot do that", file=sys.stderr)
     sys.exit(3)
 else:
-    body = {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": task}], "max_tokens": 8}
+    # A harness's long system prompt, the same in every session.
+    system = "You are a fake coding agent. Read files, run tools, answer briefly. " * 20
+    body = {"model": os.environ["OPENAI_MODEL"], "max_tokens": 8,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": task}]}
     request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
                                      {"content-type": "application/json",
                                       "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
