@@ -145,7 +145,7 @@ class ContentBlockStop(BaseModel):
 
 
 class StopDetails(BaseModel):
-    stop_reason: StopReason
+    stop_reason: StopReason | None  # None in a keep-alive before the reply
     stop_sequence: str | None
 
 

@@ -174,6 +174,10 @@ class BlockWriter:
         self.blocks: list[ContentBlock] = []
         self._open: ContentBlock | None = None
 
+    @property
+    def started(self) -> bool:
+        return bool(self.blocks) or self._open is not None
+
     def add(self, pieces: list[ReplyPiece]) -> list[bytes]:
         events: list[bytes] = []
         for piece in pieces:
@@ -282,8 +286,16 @@ def anthropic_router(server: ServerCore) -> APIRouter:
                 "stop_sequence": choice.stop_sequence, "usage": _usage(run)})
             return JSONResponse(whole_message.model_dump())
 
+        def beat() -> bytes:
+            # Claude Code's watchdog counts events but skips pings, and hangs up a stream with none for
+            # 5 minutes (it would send the whole prompt again); a message_delta that changes nothing
+            # (no stop reason yet) is an event it counts. Once content flows, pings are enough.
+            if writer.started:
+                return sse_event(Ping())
+            return sse_event(MessageDelta(delta=StopDetails(stop_reason=None, stop_sequence=None), usage=_usage(run)))
+
         return await respond(request, run, stream() if body.stream else None, whole, heartbeat_s=server.heartbeat_s,
-                             beat=lambda: sse_event(Ping()))
+                             beat=beat)
 
     @router.post("/messages/count_tokens")
     async def count_tokens(request: Request):

@@ -107,17 +107,23 @@ def test_a_queued_chat_stream_carries_comments_the_sdk_skips(one_lane):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def test_a_queued_messages_stream_pings(one_lane):
+def test_a_queued_messages_stream_keeps_claude_codes_event_watchdog_fed(one_lane):
     def raw():
         with httpx.stream("POST", f"{one_lane.url}/v1/messages", timeout=120, json={
                 "model": "m", "max_tokens": 8, "stream": True,
                 "messages": [{"role": "user", "content": "Say hi."}]}) as r:
-            return [line[7:] for line in r.read().decode().splitlines() if line.startswith("event: ")]
+            return [json.loads(line[6:]) for line in r.read().decode().splitlines() if line.startswith("data: ")]
 
-    types = _behind_a_long_reply(one_lane, raw)
+    events = _behind_a_long_reply(one_lane, raw)
+    types = [e["type"] for e in events]
     assert types[0] == "message_start" and types[-1] == "message_stop"
-    assert types[:types.index("content_block_delta")].count("ping") >= 3, types
-    # The SDK reads past the pings (it drops them) to the whole message.
+    # Before the reply: message_deltas that change nothing, which Claude Code counts as events (it
+    # skips pings, and hangs up after 5 minutes without an event).
+    waiting = events[:types.index("content_block_start")]
+    beats = [e for e in waiting if e["type"] == "message_delta"]
+    assert len(beats) >= 3 and all(e["delta"]["stop_reason"] is None for e in beats), types
+    assert types[-2] == "message_delta" and events[-2]["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+    # The SDK reads past them to the whole message.
     with anthropic.Anthropic(base_url=one_lane.url, api_key="x", max_retries=0, timeout=120) as client:
         def stream():
             with client.messages.stream(model="m", max_tokens=8,
