@@ -45,10 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="run the N agents this many times, one round after another, on the same engine: "
                           "later sessions show what reuse of the harness's prompt saves (default 1)")
     run.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    run.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                     help="raise every harness's request and quiet-stream timeouts to S seconds (default: each "
+                          "harness's own, which the server's keep-alives hold through a long prompt)")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds to wait before stopping those still running (default: wait for all)")
     run.add_argument("--max-output-tokens", type=_positive, default=DEFAULT_MAX_OUTPUT_TOKENS,
-                     help=f"each response's output limit, as each harness is told (default {DEFAULT_MAX_OUTPUT_TOKENS})")
+                     help="each response's output limit, as each harness is told "
+                          f"(default {DEFAULT_MAX_OUTPUT_TOKENS})")
     add_settings_arguments(run.add_argument_group("the engine and the endpoint (as `serve`)"), SERVE_FIELDS)
     run.set_defaults(run=run_agents)
 
@@ -102,6 +106,7 @@ def run_agents(args: argparse.Namespace) -> int:
         raise ValueError(f"no such folder: {args.dir}")
     settings = settings_for(args, kind)
     options = HarnessOptions(max_output_tokens=args.max_output_tokens, context_tokens=settings.n_ctx,
+                             request_timeout_s=args.request_timeout,
                              api_key=settings.api_key.get_secret_value() if settings.api_key else None)
     try:
         outcome = asyncio.run(launch_and_wait(settings, kind, args, options))

@@ -22,10 +22,9 @@ DEFAULT_MODEL = "swarm-panel"  # the server answers any model name with the mode
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # per response: long enough for an edit, short enough for a CPU
 DEFAULT_CONTEXT_TOKENS = 32768  # the server's default n_ctx; a harness that plans its context uses it
 DUMMY_KEY = "swarm-panel"  # a server without --api-key checks none, but every harness wants one
-# A CPU computes Claude Code's 21k-token first prompt in minutes; the harnesses' own defaults (5-10
-# minutes, or a watchdog on a quiet stream) would hang up and send it again from the start.
-REQUEST_TIMEOUT_S = 1800
-REQUEST_RETRIES = 2
+# The harnesses' own timeouts are kept unless the caller sets one: the server's keep-alives hold their
+# quiet-stream watchdogs through a long prefill (docs/agents.md), and a hang-up's resend resumes where
+# it stopped. A machine slower still can raise them all at once (HarnessOptions.request_timeout_s).
 # The user's variables that would point a harness elsewhere or at the user's own config.
 FOREIGN_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CLAUDE_", "CODEX_", "OPENCODE_", "QWEN_", "AIDER_", "XDG_")
 # Claude Code refuses --dangerously-skip-permissions as root outside a sandbox; an allow-list runs
@@ -43,7 +42,7 @@ class HarnessOptions:
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     api_key: str | None = None  # the server's --api-key; None sends a dummy
     context_tokens: int = DEFAULT_CONTEXT_TOKENS  # the server's n_ctx, told to harnesses that plan with it
-    request_timeout_s: float = REQUEST_TIMEOUT_S
+    request_timeout_s: float | None = None  # None: each harness's own timeouts
 
     def __post_init__(self) -> None:
         if self.max_output_tokens < 1:
@@ -73,8 +72,8 @@ class Job:
         return self.options.api_key or DUMMY_KEY
 
     @property
-    def timeout_ms(self) -> int:
-        return round(self.options.request_timeout_s * 1000)
+    def timeout_ms(self) -> int | None:
+        return None if self.options.request_timeout_s is None else round(self.options.request_timeout_s * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +108,14 @@ def claude_code(job: Job) -> tuple[list[str], dict[str, str]]:
         # Its background calls (titles, summaries) name a Haiku model otherwise.
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": job.options.model,
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(job.options.max_output_tokens),
-        "API_TIMEOUT_MS": str(job.timeout_ms),
-        # Its watchdog on a stream without events (it drops our pings); it never waits less than 5 minutes.
-        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(job.timeout_ms),
-        "CLAUDE_CODE_MAX_RETRIES": str(REQUEST_RETRIES),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
     }
+    if job.timeout_ms is not None:
+        # Its watchdog on a stream without events never waits less than 5 minutes, whatever this says.
+        env |= {"API_TIMEOUT_MS": str(job.timeout_ms), "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(job.timeout_ms)}
     argv = [job.executable, "--print", "--output-format", "text", "--allowedTools", CLAUDE_CODE_TOOLS, "--", job.task]
     return argv, env
 
@@ -138,9 +136,7 @@ def codex(job: Job) -> tuple[list[str], dict[str, str]]:
         f"base_url = {_toml(job.base_url + '/v1')}",
         'wire_api = "responses"',
         'env_key = "SWARM_PANEL_AGENT_KEY"',
-        f"request_max_retries = {REQUEST_RETRIES}",
-        f"stream_max_retries = {REQUEST_RETRIES}",
-        f"stream_idle_timeout_ms = {job.timeout_ms}",
+        *([] if job.timeout_ms is None else [f"stream_idle_timeout_ms = {job.timeout_ms}"]),
         "",
     )))
     argv = [job.executable, "exec", "--skip-git-repo-check", "--sandbox", "workspace-write", "--color", "never",
@@ -156,9 +152,9 @@ def opencode(job: Job) -> tuple[list[str], dict[str, str]]:
         "provider": {"swarm": {
             "npm": "@ai-sdk/openai-compatible",
             "name": "swarm-panel",
-            # headerTimeout and chunkTimeout (5 minutes each by default) end a long prefill's quiet stream.
-            "options": {"baseURL": job.base_url + "/v1", "apiKey": job.key, "timeout": job.timeout_ms,
-                        "headerTimeout": job.timeout_ms, "chunkTimeout": job.timeout_ms},
+            "options": {"baseURL": job.base_url + "/v1", "apiKey": job.key} | (
+                {} if job.timeout_ms is None else
+                {"timeout": job.timeout_ms, "headerTimeout": job.timeout_ms, "chunkTimeout": job.timeout_ms}),
             "models": {model: {"name": model, "limit": {"context": job.options.context_tokens,
                                                         "output": job.options.max_output_tokens}}},
         }},
@@ -182,9 +178,8 @@ def qwen_code(job: Job) -> tuple[list[str], dict[str, str]]:
     home = job.home / "qwen"
     settings = {
         "security": {"auth": {"selectedType": "openai"}},
-        "model": {"name": job.options.model, "generationConfig": {
-            "timeout": job.timeout_ms, "maxRetries": REQUEST_RETRIES,
-            "contextWindowSize": job.options.context_tokens}},
+        "model": {"name": job.options.model, "generationConfig": {"contextWindowSize": job.options.context_tokens} | (
+            {} if job.timeout_ms is None else {"timeout": job.timeout_ms})},
         "general": {"enableAutoUpdate": False},
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
@@ -215,7 +210,7 @@ def aider(job: Job) -> tuple[list[str], dict[str, str]]:
     argv = [
         job.executable, "--model", model, "--openai-api-base", job.base_url + "/v1", "--openai-api-key", job.key,
         "--model-settings-file", str(settings), "--model-metadata-file", str(metadata),
-        "--timeout", str(round(job.options.request_timeout_s)),
+        *([] if job.options.request_timeout_s is None else ["--timeout", str(round(job.options.request_timeout_s))]),
         "--yes-always", "--no-git", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes",
         "--no-analytics", "--no-pretty", "--no-fancy-input", "--map-tokens", "0", "--no-restore-chat-history",
         # Its history and .env would otherwise be the folder's own.

@@ -69,7 +69,6 @@ def test_claude_code_reads_the_anthropic_variables(tmp_path, user_home):
     assert env["ANTHROPIC_MODEL"] == "swarm-panel"
     assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == str(OUTPUT)
     assert Path(env["CLAUDE_CONFIG_DIR"]).is_dir()
-    assert int(env["API_TIMEOUT_MS"]) >= 600_000 and int(env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"]) >= 600_000
     assert env["DISABLE_TELEMETRY"] == "1"
     argv = launch.argv
     assert "--print" in argv and "--allowedTools" in argv and "--dangerously-skip-permissions" not in argv
@@ -83,7 +82,6 @@ def test_codex_gets_a_responses_provider_in_its_own_home(tmp_path, user_home):
     assert config["model_context_window"] == CONTEXT
     provider = config["model_providers"]["swarm"]
     assert provider["base_url"] == AGENT_URL + "/v1" and provider["wire_api"] == "responses"
-    assert provider["stream_idle_timeout_ms"] >= 600_000 and provider["request_max_retries"] >= 1
     assert launch.env[provider["env_key"]] == "swarm-panel"  # the dummy key, under the name it reads
     assert launch.argv[1:3] == ["exec", "--skip-git-repo-check"]
     assert launch.argv[launch.argv.index("--sandbox") + 1] == "workspace-write"
@@ -96,7 +94,6 @@ def test_opencode_declares_an_openai_compatible_provider_with_limits(tmp_path, u
     provider = config["provider"]["swarm"]
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     assert provider["options"]["baseURL"] == AGENT_URL + "/v1"
-    assert provider["options"]["timeout"] >= 600_000 and provider["options"]["chunkTimeout"] >= 600_000
     assert provider["models"]["swarm-panel"]["limit"] == {"context": CONTEXT, "output": OUTPUT}
     assert launch.argv[1:4] == ["run", "--model", "swarm/swarm-panel"]
     for part in ("DATA", "STATE", "CACHE"):
@@ -110,7 +107,6 @@ def test_qwen_code_reads_openai_variables_and_its_own_settings(tmp_path, user_ho
     assert env["QWEN_CODE_MAX_OUTPUT_TOKENS"] == str(OUTPUT)
     settings = json.loads((Path(env["QWEN_HOME"]) / "settings.json").read_text())
     assert settings["security"]["auth"]["selectedType"] == "openai"
-    assert settings["model"]["generationConfig"]["timeout"] >= 600_000
     assert settings["model"]["generationConfig"]["contextWindowSize"] == CONTEXT
     assert "--yolo" in launch.argv and launch.argv[-1] == "Read hello.py"
 
@@ -125,7 +121,6 @@ def test_aider_gets_flags_the_folders_files_and_no_history_in_the_folder(tmp_pat
     assert value("--openai-api-base") == AGENT_URL + "/v1"
     assert value("--model") == "openai/swarm-panel" and value("--message") == "Read hello.py"
     assert {"--yes-always", "--no-git", "--no-check-update", "--no-show-model-warnings"} <= set(argv)
-    assert int(value("--timeout")) >= 600
     assert argv[-1] == "hello.py" and ".env" not in argv and "sub" not in argv  # files, not hidden ones or folders
     for flag in ("--chat-history-file", "--input-history-file", "--env-file", "--model-settings-file"):
         assert Path(value(flag)).is_relative_to(launch.home)
@@ -139,3 +134,19 @@ def test_aider_gets_flags_the_folders_files_and_no_history_in_the_folder(tmp_pat
 def test_a_model_name_a_harness_cannot_carry_is_refused(bad):
     with pytest.raises(ValueError, match="model name"):
         HarnessOptions(model=bad)
+
+
+TIMEOUT_SETTINGS = ("API_TIMEOUT_MS", "CLAUDE_STREAM_IDLE_TIMEOUT_MS", "stream_idle_timeout_ms", "chunkTimeout",
+                    "headerTimeout", '"timeout"', "--timeout")
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_each_harness_keeps_its_own_timeouts_unless_one_is_asked_for(recipe, tmp_path, user_home):
+    # The check: every harness completes with its own default timeouts (the server's keep-alives
+    # hold their watchdogs); a slower machine may raise them all at once.
+    for name in ("kept", "raised"):
+        (tmp_path / name).mkdir()
+    kept = everything(prepare(recipe, job(tmp_path / "kept")))
+    assert not [name for name in TIMEOUT_SETTINGS if name in kept]
+    raised = everything(prepare(recipe, job(tmp_path / "raised", request_timeout_s=1800)))
+    assert "1800000" in raised or ("--timeout" in raised and "\n1800\n" in raised)
