@@ -24,7 +24,6 @@ from swarm_panel.app.service.plan_report import (
 from swarm_panel.app.settings.flags import add_settings_arguments, given
 from swarm_panel.app.settings.schema import Settings
 
-
 PLAN_FIELDS = ("model", "num_lanes", "kv_type", "flash_attn", "n_batch", "kv_unified")
 
 

@@ -28,7 +28,8 @@ DEMO_ALIAS = "demo"
 # The Settings fields that pick and shape the engine.
 ENGINE_FIELDS = ("engine", "model", "profile", "n_ctx", "n_batch", "n_gpu_layers", "flash_attn", "kv_type",
                  "threads", "checkpoint_budget_mb", "extra_buffers", "kv_unified",
-                 "park_budget_mb")
+                 "park_budget_mb", "prefix_store", "prefix_store_ram_mb", "prefix_store_disk_mb",
+                 "prefix_store_min_tokens")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, **how: Any) -> None:
@@ -58,6 +59,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     from swarm_panel.runtime.llama.cpu_tuning.door import engine_tuning
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
+    from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
 
     path, note = resolve_model(o.model, o.n_gpu_layers, progress)
     if not path.is_file():
@@ -90,6 +92,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
         park_cached=o.park_budget_mb > 0,
         park_budget_bytes=o.park_budget_mb << 20,
+        prefix_store=PrefixStoreOptions(o.prefix_store_ram_mb << 20, o.prefix_store_disk_mb << 20,
+                                        o.prefix_store_min_tokens) if o.prefix_store else None,
         progress=progress,
     )
 

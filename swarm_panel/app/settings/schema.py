@@ -82,6 +82,20 @@ class Settings(BaseSettings):
         2048, ge=0, le=1 << 20, description="Host memory where finished sequences kept for prefix reuse wait "
         "(parked): under unified KV instead of cells every live sequence's attention walks, under split KV once a "
         "new lane needs their stream (more agents than lanes); 0 keeps them in the KV only")
+    prefix_store: bool = Field(
+        True, description="Keep the whole state of a long shared head (a coding harness's system prompt and tool "
+        "list, the same in each of its sessions) in memory and on disk, in the user's cache folder, so a later "
+        "session, or the next server run on the same model file, starts after it instead of computing it")
+    prefix_store_ram_mb: int = Field(
+        2048, ge=0, le=1 << 20, description="Memory for stored heads' states, the least recently used going first "
+        "(those on disk are read back when used); a 21k-token head is about 0.5 GB on SmolLM2-135M, 0.7 GB on "
+        "Qwen3.5-9B, with an F16 KV")
+    prefix_store_disk_mb: int = Field(
+        8192, ge=0, le=1 << 24, description="Disk for stored heads, every model's together, the least recently "
+        "used going first; 0 keeps them in memory only, for this run")
+    prefix_store_min_tokens: int = Field(
+        1024, ge=8, le=1 << 20, description="Shortest head stored: a shorter one computes in seconds on a CPU, "
+        "while each stored one costs memory, disk and a comparison with every new prompt")
     kv_unified: bool | None = Field(
         None, description="One KV pool every lane may fill, sharing a common prefix's cells; off gives each lane its "
         "own n_ctx/num_lanes share (llama-server's layout), whose attention walks only its own cells; none chooses: "

@@ -11,6 +11,7 @@ from swarm_panel.runtime.core.request import Request
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.checkpoints import CheckpointStore
     from swarm_panel.runtime.core.kv_parking import ParkedSequences
+    from swarm_panel.runtime.core.prefix_store import PrefixStore, StoredPrefix
 
 
 class RowKind(enum.IntEnum):
@@ -33,6 +34,8 @@ class Row:
     sample: bool
     # Keep a checkpoint of the sequence's recurrent state after this row (engines with `checkpoints`).
     checkpoint: bool = False
+    # Keep the sequence's whole state after this row as a stored prefix (engines with `prefix_store`).
+    store_prefix: bool = False
 
 
 class PrefixOpKind(enum.IntEnum):
@@ -45,6 +48,9 @@ class PrefixOpKind(enum.IntEnum):
     # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.core.kv_parking),
     # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
     PARK = 3
+    # `dest` starts from a stored prefix (runtime.core.prefix_store), the op's `source`: its whole state
+    # restored into dest's sequence, then cut back to num_tokens. The stored prefix stays for the next use.
+    RESTORE = 4
 
 
 @dataclass(slots=True)
@@ -52,8 +58,9 @@ class PrefixOp:
     """One move of KV between sequences, named by the requests that own them (handles)."""
 
     kind: PrefixOpKind
-    # The request whose sequence holds the KV: a finished request for a cached prefix, else a live one.
-    source: Request
+    # The request whose sequence holds the KV: a finished request for a cached prefix, else a live one;
+    # for RESTORE, the stored prefix.
+    source: Request | StoredPrefix
     # The request that receives it (None for CACHE); its first row starts at num_tokens.
     dest: Request | None
     num_tokens: int
@@ -127,6 +134,9 @@ class EngineCaps:
     # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
     # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
     parks_evicted: bool = False
+    # Whole states of long shared heads kept across sessions (runtime.core.prefix_store): a prompt chunk
+    # ending at such a head is marked `store_prefix`, and a prompt starting with one gets a RESTORE op.
+    prefix_store: PrefixStore | None = None
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
     # cached sequences then stay within the width, so the ids in use are low and gap-free.
     consecutive_ids: bool = False

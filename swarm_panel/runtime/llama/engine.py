@@ -21,6 +21,10 @@ Hybrid and recurrent models (Qwen3.5) hold one recurrent state per sequence besi
 cannot be cut back or copied in part: runtime.llama.memory does every memory operation by model
 kind, and the engine keeps recurrent-state checkpoints (`checkpoints`) after rows marked for one,
 so a prefix shorter than its sequence is reused only where a checkpoint restores the state exactly.
+
+Stored prefixes (`prefix_store`, runtime.llama.prefix_keeper): after a row marked `store_prefix` (a long
+shared head), the sequence's whole state is kept in RAM and on disk; a RESTORE op puts it back into a
+request's sequence, in this run or a later one.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
 from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
 from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
+from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
+from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
 from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, token_logprob
 from swarm_panel.runtime.llama.vocab import LlamaVocab
 
@@ -155,9 +161,12 @@ class LlamaEngine:
         park_cached: bool = True,
         park_budget_bytes: int = DEFAULT_PARK_BUDGET,
         widens: bool = False,
+        prefix_store: PrefixStoreOptions | None = None,
         progress: Progress = no_progress,
     ) -> None:
         self._model = self._ctx = None
+        # Long shared heads' states kept across runs; None: not kept.
+        self._prefix_keeper: PrefixKeeper | None = None
         self._batch: llama_cpp.llama_batch | None = None
         self._lanes: dict[int, _Lane] = {}
         # request_id of a finished request -> the cache sequence id holding its prefix.
@@ -208,6 +217,8 @@ class LlamaEngine:
         self._model = self._load_model(n_gpu_layers, progress)
         try:
             self.memory_kind = memory_kind(self._model)
+            if prefix_store is not None:
+                self._prefix_keeper = PrefixKeeper(prefix_store, self.path)
             self._open_context(n_seq_max)
             self.layout_note = "unified KV" if kv_unified else f"split KV ({self.max_context} tokens a lane)"
             self.vocab = LlamaVocab(self._model)
@@ -254,6 +265,10 @@ class LlamaEngine:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self.checkpoints = None if self.memory_kind == ATTENTION else CheckpointStore(self._checkpoint_budget)
         self._memory = SequenceMemory(self._ctx, self.memory_kind, self.checkpoints)
+        # A saved state restores only into a context with as many streams: one unified, one a sequence split.
+        self.prefix_store = (None if self._prefix_keeper is None else
+                             self._prefix_keeper.open(self.memory_kind, self.kv_type, self.flash_attn,
+                                                      1 if self.kv_unified else n_seq_max))
         # llama.cpp allocates a recurrent state per sequence id up front, outside n_ctx's KV cells:
         # it takes nothing from the KV budget.
         self.sequence_state_tokens = 0
@@ -438,6 +453,7 @@ class LlamaEngine:
                           self.sequence_state_tokens, self.turn_end_tokens,
                           parked=self._parked if self.parks_cached or self.parks_evicted else None,
                           parks_evicted=self.parks_evicted,
+                          prefix_store=self.prefix_store,
                           consecutive_ids=not self.kv_unified,
                           widens_to=self.kv_capacity if self.widens else 0, narrows_to=self.narrows_to,
                           attention_bound_prefill=on_cpu(self.n_gpu_layers))
@@ -456,6 +472,10 @@ class LlamaEngine:
                       decode_call_fit=None if fit is None else {"ubatch_ms": round(fit.ubatch_ms, 3),
                                                                 "row_ms": round(fit.row_ms, 3),
                                                                 "cell_us": round(1e3 * fit.cell_ms, 4)})
+        store = self.prefix_store
+        memory.update(stored_prefixes=0 if store is None else len(store),
+                      stored_prefix_bytes=0 if store is None else store.num_bytes,
+                      prefix_store_budget_bytes=0 if store is None else store.budget_bytes)
         if self.checkpoints is not None:
             memory.update(checkpoints=len(self.checkpoints), checkpoint_bytes=self.checkpoints.num_bytes,
                           checkpoint_budget_bytes=self.checkpoints.budget_bytes)
@@ -498,6 +518,8 @@ class LlamaEngine:
 
     def close(self) -> None:
         self._drop_sequences()
+        if self._prefix_keeper is not None:
+            self._prefix_keeper.close()
         # The batch's arrays are numpy's, freed with the TokenBatch.
         self._batch = None
         if self._ctx:
@@ -600,6 +622,9 @@ class LlamaEngine:
         if op.kind is PrefixOpKind.PARK:
             self._park_evicted(op, refused)
             return
+        if op.kind is PrefixOpKind.RESTORE:
+            self._restore_stored(op, errors, refused)
+            return
         dest, n, source_id = op.dest, op.num_tokens, None
         try:
             if dest.request_id in self._lanes:
@@ -665,13 +690,36 @@ class LlamaEngine:
 
     def _unpark(self, op: PrefixOp) -> None:
         """Gives dest the first num_tokens of a parked sequence: its state restored, then cut back."""
-        parked, dest, n = self._parked.get(op.source.request_id), op.dest, op.num_tokens
+        parked, n = self._parked.get(op.source.request_id), op.num_tokens
         if not 0 < n <= parked.num_tokens:
             raise ValueError(f"a prefix of {n} tokens was asked of a sequence holding {parked.num_tokens}")
+        self._load_state(op.dest, parked.data, parked.num_tokens, n)
+
+    def _restore_stored(self, op: PrefixOp, errors: dict[int, str], refused: dict[int, str]) -> None:
+        """Gives dest the first num_tokens of a stored prefix (read back from disk if not in RAM); the
+        stored prefix stays. One that cannot be restored is refused: dest recomputes."""
+        dest = op.dest
+        try:
+            if dest.request_id in self._lanes:
+                raise ValueError("the destination of a prefix op already has a sequence")
+            if self._prefix_keeper is None or self.prefix_store is None:
+                raise MemoryRefused("this engine keeps no stored prefixes")
+            entry = op.source
+            self._load_state(dest, self._prefix_keeper.state(entry, dest.token_ids, op.num_tokens),
+                             entry.num_tokens, op.num_tokens)
+            self.prefix_store.num_restored += 1
+        except ValueError as exc:
+            errors[dest.request_id] = str(exc)
+        except MemoryRefused as exc:
+            log.warning("request %d does not start from a stored prefix: %s", dest.request_id, exc)
+            refused[dest.request_id] = str(exc)
+
+    def _load_state(self, dest: Request, data, held: int, n: int) -> None:
+        """Restores a saved state of `held` tokens into dest's new sequence and cuts it back to n."""
         lane = self._lane_for(dest)
         try:
-            self._memory.load(lane.seq_id, parked.data, parked.num_tokens)
-            if n < parked.num_tokens:
+            self._memory.load(lane.seq_id, data, held)
+            if n < held:
                 try:
                     self._memory.trim(lane.seq_id, n, dest.token_ids)
                 except MemoryRefused:
@@ -869,6 +917,8 @@ class LlamaEngine:
                 self._memory.advanced(seq_id, end)
                 if row.checkpoint:
                     self._memory.snapshot(seq_id, row.request.token_ids[:end])
+                if row.store_prefix and self._prefix_keeper is not None:
+                    self._prefix_keeper.keep(self._memory, seq_id, row.request.token_ids[:end])
             return
         # llama.cpp restores the cache after code 1 and -1; after others, ubatches already
         # computed stay behind. Either way, nothing of this step may remain.

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from swarm_panel.runtime.core.prefix_store import StoredPrefix
 from swarm_panel.runtime.core.request import Request
 
 # Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
@@ -63,8 +64,8 @@ class CacheEntry:
 
 @dataclass(slots=True)
 class Match:
-    # A CacheEntry, or a live Request whose computed tokens match.
-    source: CacheEntry | Request
+    # A CacheEntry, a live Request whose computed tokens match, or a stored prefix (runtime.reuse.stored_heads).
+    source: CacheEntry | Request | StoredPrefix
     num_tokens: int
 
     @property

@@ -13,6 +13,8 @@ A prompt chunk ends at the next such boundary and the engine snapshots the state
 prompt token then rides the next step beside the decode rows. That costs a request one step of
 latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
 its end.
+The shared head's end (`head_ends`) is also where the engine keeps a stored prefix
+(runtime.core.prefix_store), on any model, where the head is long.
 """
 
 from __future__ import annotations
@@ -26,10 +28,26 @@ from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, as_tokens
 MIN_CHECKPOINT_TOKENS = 64
 
 
+def turn_end_array(turn_end_tokens: frozenset[int]) -> np.ndarray:
+    return np.fromiter(turn_end_tokens, dtype=np.int64)
+
+
+def head_ends(request: Request, turn_ends: np.ndarray) -> list[int]:
+    """Where the prompt's shared head ends, sorted: the first end-of-turn token (the system message's),
+    and the positions the caller marked. Other requests are likely to start with those tokens."""
+    prompt = request.num_prompt_tokens
+    marked = {p for p in request.checkpoint_positions if MIN_MATCH_TOKENS <= p < prompt}
+    if len(turn_ends):
+        ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), turn_ends))
+        if len(ends) and MIN_MATCH_TOKENS <= ends[0] + 1 < prompt:
+            marked.add(int(ends[0]) + 1)
+    return sorted(marked)
+
+
 class Resumption:
     def __init__(self, checkpoints: CheckpointStore, turn_end_tokens: frozenset[int] = frozenset()) -> None:
         self.checkpoints = checkpoints
-        self._turn_ends = np.fromiter(turn_end_tokens, dtype=np.int64)
+        self._turn_ends = turn_end_array(turn_end_tokens)
 
     def point(self, tokens: np.ndarray, n: int, held: int) -> int:
         """A match of n tokens against a sequence holding `held`, cut back to where it can resume."""
@@ -37,11 +55,7 @@ class Resumption:
 
     def boundaries(self, request: Request) -> list[int]:
         prompt = request.num_prompt_tokens
-        marked = {p for p in request.checkpoint_positions if MIN_MATCH_TOKENS <= p < prompt}
-        if len(self._turn_ends):
-            ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), self._turn_ends))
-            if len(ends) and MIN_MATCH_TOKENS <= ends[0] + 1 < prompt:
-                marked.add(int(ends[0]) + 1)
+        marked = set(head_ends(request, self._turn_ends))
         if prompt - 1 >= MIN_CHECKPOINT_TOKENS:
             marked.add(prompt - 1)
         return sorted(marked)

@@ -13,6 +13,11 @@ stays in the cache as parked in host RAM (a PARK op), holding no cells and no id
 matches it gets it restored into an id of its own; a copy then parks a cached sequence for its id
 rather than adopting, and so cutting back, another agent's conversation.
 
+A stored prefix (the engine has a `prefix_store`: a long shared head's whole state, kept across
+sessions and runs) is a third source: a prompt that starts with one, where no live or cached sequence
+holds more, gets it restored (a RESTORE op; runtime.reuse.stored_heads), and a prompt chunk that
+reaches a long head not stored yet ends there, for the engine to store it.
+
 Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
 only where it stands, so a match is cut back to where its source can resume (runtime.reuse.resume), and
 prompt chunks end at checkpoint boundaries, where the engine keeps the state for later requests.
@@ -28,15 +33,18 @@ from collections.abc import Sequence
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, PrefixOp, PrefixOpKind
+from swarm_panel.runtime.core.prefix_store import StoredPrefix
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.reuse.prefix_cache import (
     MIN_MATCH_TOKENS,
     CacheEntry,
+    Match,
     PrefixCache,
     as_tokens,
     common_prefix_len,
 )
 from swarm_panel.runtime.reuse.resume import Resumption
+from swarm_panel.runtime.reuse.stored_heads import StoredHeads
 from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import Lane
 
@@ -45,7 +53,8 @@ log = logging.getLogger(__name__)
 # The engine applies a plan's ops in order: finished sequences are cached, then parked (freeing their
 # ids), and only then does a restore or a copy take an id (a copy from a sequence parked in the same
 # plan comes from host RAM).
-_OP_ORDER = {PrefixOpKind.CACHE: 0, PrefixOpKind.PARK: 1, PrefixOpKind.ADOPT: 2, PrefixOpKind.COPY: 2}
+_OP_ORDER = {PrefixOpKind.CACHE: 0, PrefixOpKind.PARK: 1, PrefixOpKind.ADOPT: 2, PrefixOpKind.COPY: 2,
+             PrefixOpKind.RESTORE: 2}
 
 
 class PrefixPlanner:
@@ -58,6 +67,7 @@ class PrefixPlanner:
         self.parks = caps.parks_evicted and cache.max_parked > 0
         # None for attention models: any prefix of a sequence can be reused.
         self.resumption = Resumption(caps.checkpoints, caps.turn_end_tokens) if caps.checkpoints is not None else None
+        self.stored = StoredHeads(caps.prefix_store, caps.turn_end_tokens) if caps.prefix_store is not None else None
         self.config = config
         # Cached sequences evicted (least recently used first) to make room for live ones.
         self.num_evictions = 0
@@ -180,8 +190,9 @@ class PrefixPlanner:
         if not self.reuse_enabled or not self.cache:
             return None
         tokens = as_tokens(request.token_ids)
-        match = self.cache.longest_match(tokens, request.num_tokens - 1, resume=self._resume_fn(tokens))
-        if match is None or not self._adopts(request, match.source, match.num_tokens):
+        match = self._with_stored(tokens, request, self.cache.longest_match(tokens, request.num_tokens - 1,
+                                                                              resume=self._resume_fn(tokens)))
+        if match is None or not match.cached or not self._adopts(request, match.source, match.num_tokens):
             return None
         return match.source
 
@@ -205,6 +216,9 @@ class PrefixPlanner:
         for entry in self.cache:
             shared = common_prefix_len(tokens, entry.tokens)
             best_held = max(best_held, resume(shared, entry.num_tokens) if shared else 0)
+        stored = self._with_stored(tokens, request, None)
+        if stored is not None:
+            best_held = max(best_held, stored.num_tokens)
         return best_coming >= MIN_MATCH_TOKENS and best_coming > best_held
 
     def reusable(self, lane: Lane, lanes: Sequence[Lane]) -> int:
@@ -223,7 +237,16 @@ class PrefixPlanner:
             and not (other.padding and self.resumption is not None)
         ]
         tokens = as_tokens(request.token_ids)
-        return self.cache.longest_match(tokens, request.num_tokens - 1, live, resume=self._resume_fn(tokens))
+        match = self.cache.longest_match(tokens, request.num_tokens - 1, live, resume=self._resume_fn(tokens))
+        return self._with_stored(tokens, request, match)
+
+    def _with_stored(self, tokens, request: Request, match: Match | None) -> Match | None:
+        """`match`, or a stored prefix where one holds more of the prompt (a live or cached sequence is
+        cheaper to take from: it is already in the KV or a smaller copy)."""
+        if self.stored is None:
+            return match
+        stored = self.stored.longest(tokens, request.num_tokens - 1, self._resume_fn(tokens))
+        return stored if stored is not None and (match is None or stored.num_tokens > match.num_tokens) else match
 
     def reuse(self, lane: Lane, lanes: Sequence[Lane], planned: int) -> int:
         """Starts the lane's request at its longest resident prefix, with the op that puts it there;
@@ -234,6 +257,8 @@ class PrefixPlanner:
             return 0
         n = match.num_tokens
         source = match.source
+        if isinstance(source, StoredPrefix):
+            return self._restore(request, source, n, planned)
         cached = isinstance(source, CacheEntry)
         adopt = cached and self._adopts(request, source, n)
         if self.parks and (not adopt or source.parked):
@@ -261,6 +286,15 @@ class PrefixPlanner:
         request.num_computed_tokens = request.num_cached_tokens = n
         return n
 
+    def _restore(self, request: Request, source: StoredPrefix, n: int, planned: int) -> int:
+        """Starts the request from a stored prefix: its state restored into cells of the request's own."""
+        if not self.make_room(planned + n + 1):
+            return 0
+        self._ops.append(PrefixOp(PrefixOpKind.RESTORE, source, request, n))
+        self.kv.allocate(n - request.num_computed_tokens)
+        request.num_computed_tokens = request.num_cached_tokens = n
+        return n
+
     def recompute(self, request: Request, why: str) -> int:
         """The engine refused the op that gave this live request its prefix: it starts over from
         position 0. Returns the tokens that no longer count as reused."""
@@ -270,11 +304,19 @@ class PrefixPlanner:
         request.num_computed_tokens = request.num_cached_tokens = 0
         return reused
 
-    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool]:
-        """Where a prompt chunk over [start, end) ends, and whether a checkpoint follows it."""
-        if self.resumption is not None and self.reuse_enabled:
-            return self.resumption.chunk_end(request, start, end)
-        return end, False
+    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool, bool]:
+        """Where a prompt chunk over [start, end) ends, whether a checkpoint follows it, and whether the
+        engine stores the prefix it ends (a long shared head)."""
+        if not self.reuse_enabled:
+            return end, False, False
+        checkpoint = False
+        if self.resumption is not None:
+            end, checkpoint = self.resumption.chunk_end(request, start, end)
+        head = self.stored.store_at(request, start, end) if self.stored is not None else None
+        if head is None:
+            return end, checkpoint, False
+        # A hybrid's checkpoint at a later boundary waits for the next chunk.
+        return head, checkpoint and head == end, True
 
     def _resume_fn(self, tokens):
         """resume(n, held) for PrefixCache.longest_match: None where any prefix can be reused."""

@@ -301,9 +301,10 @@ class Scheduler:
             if room is not None and request.num_tokens - start > chunk:
                 want = min(want, tokens_within(start, room, chunk))
             self.prefix.make_room(planned + want)
-            end, checkpoint = self.prefix.chunk_end(request, start, start + min(want, self.kv.free_tokens - planned))
+            end, checkpoint, store = self.prefix.chunk_end(request, start,
+                                                           start + min(want, self.kv.free_tokens - planned))
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
-                            checkpoint=checkpoint))
+                            checkpoint=checkpoint, store_prefix=store))
             n = end - start
             budget -= n
             if cells is not None:
