@@ -40,7 +40,7 @@ from swarm_panel.app.anthropic_api.models import (
     ToolUseBlock,
 )
 from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.endpoint.agent_paths import agent_from_scope
+from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.errors import bad_request, read_json
 from swarm_panel.app.endpoint.streaming import sse_event
@@ -243,8 +243,11 @@ def anthropic_router(server: ServerCore) -> APIRouter:
     router = APIRouter()
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
-        user = agent_from_scope(request.scope) or request.headers.get("x-agent-name") or session_of(body.metadata.user_id if body.metadata else None)
-        return user.strip()[:MAX_NAME_CHARS] if user and user.strip() else None
+        user = (agent_from_scope(request.scope) or request.headers.get("x-agent-name")
+                or session_of(body.metadata.user_id if body.metadata else None))
+        if not user or not user.strip():
+            return None  # named as any request is (app.endpoint.submission.agent_of)
+        return with_subagent(user.strip()[:MAX_NAME_CHARS], request.headers)
 
     @router.post("/messages")
     async def messages(request: Request):

@@ -20,7 +20,7 @@ from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
 from swarm_panel.app.chat.reply import ReplyParser
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
-from swarm_panel.app.endpoint.agent_paths import agent_from_scope
+from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
@@ -339,7 +339,7 @@ NOTE_HEADER = "X-Swarm-Panel-Note"
 
 def agent_of(user: str | None, request: Request) -> str:
     name = (agent_from_scope(request.scope) or user or request.headers.get("x-agent-name") or "").strip()
-    return name[:MAX_AGENT_CHARS] or "anonymous"
+    return with_subagent(name[:MAX_AGENT_CHARS] or "anonymous", request.headers)
 
 
 def priority_of(request: Request) -> int | None:

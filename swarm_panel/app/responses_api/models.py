@@ -123,6 +123,8 @@ ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
 class InputTokensDetails(BaseModel):
     cached_tokens: int
+    # The official SDK (openai 2.x and later) requires it; nothing is written to a cache on request here.
+    cache_write_tokens: int = 0
 
 
 class OutputTokensDetails(BaseModel):

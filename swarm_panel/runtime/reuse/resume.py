@@ -6,6 +6,10 @@ can hand on a prefix of n tokens only when n == held, or when a checkpoint of th
 - the end of a shared system prompt, so other agents start from it: the first end-of-turn token of a
   chat prompt (`<|im_end|>` after the system message), or what the caller marks in
   Request.checkpoint_positions (the bench's synthetic system prompt);
+- the end of every later turn in the prompt, so a harness that re-renders or reorders its history
+  (aider inserts the last exchange before its files) resumes at the last turn both prompts share
+  rather than at the system prompt's end (a turn's end costs a step boundary and a state copy once:
+  a checkpoint kept for the same tokens is not made again);
 - the end of each prompt but its last token, so an exact repeat, or the next turn of a conversation
   whose re-rendered history differs from the tokens sampled, resumes there (a request's first sample
   needs one uncomputed prompt token, so a resume point is never the whole prompt).
@@ -56,6 +60,9 @@ class Resumption:
     def boundaries(self, request: Request) -> list[int]:
         prompt = request.num_prompt_tokens
         marked = set(head_ends(request, self._turn_ends))
+        if len(self._turn_ends):
+            ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), self._turn_ends)) + 1
+            marked.update(int(end) for end in ends if MIN_MATCH_TOKENS <= end < prompt)
         if prompt - 1 >= MIN_CHECKPOINT_TOKENS:
             marked.add(prompt - 1)
         return sorted(marked)
