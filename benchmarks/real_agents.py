@@ -73,7 +73,9 @@ def main() -> int:
                   f"{row['turns']:>5} {row['seconds'] or 0:>7.0f}s {row['first_turn_s'] or 0:>9.1f}s "
                   f"{row['first_turn_prompt'] or 0:>10,} {row['first_turn_computed'] or 0:>8,} {share:>8}  "
                   f"{', '.join(f'{c:,}' for c in row['computed'])}")
-            failed += not row["completed"]
+            if not row["completed"]:
+                failed += 1
+                print(f"{'':<12} finishes {row['finishes']}; it said: {row['complaint'] or '-'}")
     return 1 if failed else 0
 
 

@@ -171,7 +171,9 @@ def rows(launcher: Launcher, runs: list[HarnessRun]) -> list[dict[str, object]]:
                     "first_turn_prompt": None if first is None else first.prompt_tokens,
                     "first_turn_computed": None if first is None else first.computed_tokens,
                     "prompt": [t.prompt_tokens for t in turns], "computed": [t.computed_tokens for t in turns],
-                    "status_codes": [t.status for t in turns], "answer": run.answer(300)})
+                    "status_codes": [t.status for t in turns], "finishes": [t.finish for t in turns],
+                    "answer": run.answer(300),
+                    "complaint": None if run.completed else (run.error or " ".join(run.stderr.text.split())[-600:])})
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import itertools
 import logging
 import os
 import shutil
@@ -130,7 +131,7 @@ class Launcher:
     async def _spawn(self, run: HarnessRun, executable: str, server_url: str) -> None:
         if self.state_dir is not None:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-        run.home = Path(tempfile.mkdtemp(prefix=f"swarm-panel-{run.name}-", dir=self.state_dir))
+        run.home = free_home(Path(self.state_dir or tempfile.gettempdir()), run.kind.key)
         try:
             launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, run.folder, run.task,
                                                        run.home, self.options))
@@ -192,6 +193,20 @@ class Launcher:
         if watchers:
             await asyncio.wait(watchers, timeout=timeout)
         return all(run.finished for run in self.runs)
+
+
+def free_home(parent: Path, kind: str) -> Path:
+    """A new empty config home, named by the first free slot of the kind: harnesses write their home's
+    path into their prompts (Codex its skill roots), so a later session in the same slot sends the
+    same prompt and reuses it whole. mkdir is atomic, so two launchers never share one."""
+    for slot in itertools.count(1):
+        home = parent / f"swarm-panel-{kind}-home-{slot}"
+        try:
+            home.mkdir()
+        except FileExistsError:
+            continue
+        return home
+    raise AssertionError("unreachable")
 
 
 async def _pump(stream: asyncio.StreamReader | None, tail: Tail) -> None:

@@ -170,3 +170,13 @@ def test_the_tail_keeps_the_end_and_decodes_across_chunks():
     tail.add(data[:split])
     tail.add(data[split:])
     assert tail.text == "xxxxxhéllo"
+
+
+def test_a_later_session_gets_the_same_home_path_and_concurrent_ones_never_share(tmp_path):
+    from swarm_panel.app.harness.launcher import free_home
+
+    first, second = free_home(tmp_path, "codex"), free_home(tmp_path, "codex")
+    assert first != second and first.is_dir() and second.is_dir()
+    assert free_home(tmp_path, "aider").name == "swarm-panel-aider-home-1"  # slots are per kind
+    first.rmdir()  # the first session ended: its home is removed
+    assert free_home(tmp_path, "codex") == first  # the next session's prompt names the same path
