@@ -148,8 +148,9 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
                 print(f"session {session}: {len(started)} {kind.display} agent(s) in {started[0].folder} "
                       f"against {http.url}", file=sys.stderr, flush=True)
                 if not await launcher.wait(args.timeout):
+                    # The next session still runs: what this one computed is kept for it.
                     print(f"stopping the agents still running after {args.timeout:g} s", file=sys.stderr, flush=True)
-                    break
+                    await launcher.stop_all()
         finally:
             await launcher.stop_all()
         return launcher, runs

@@ -181,6 +181,10 @@ def qwen_code(job: Job) -> tuple[list[str], dict[str, str]]:
         "model": {"name": job.options.model, "generationConfig": {"contextWindowSize": job.options.context_tokens} | (
             {} if job.timeout_ms is None else {"timeout": job.timeout_ms})},
         "general": {"enableAutoUpdate": False},
+        # Its background memory extraction sends a second prompt of ~11k tokens after every task (with
+        # another system prompt, so nothing of the first is reused) and writes memory files; the
+        # session waits for it before it exits.
+        "memory": {"enableManagedAutoMemory": False},
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
     }

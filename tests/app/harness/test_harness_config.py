@@ -107,6 +107,7 @@ def test_qwen_code_reads_openai_variables_and_its_own_settings(tmp_path, user_ho
     assert env["QWEN_CODE_MAX_OUTPUT_TOKENS"] == str(OUTPUT)
     settings = json.loads((Path(env["QWEN_HOME"]) / "settings.json").read_text())
     assert settings["security"]["auth"]["selectedType"] == "openai"
+    assert settings["memory"]["enableManagedAutoMemory"] is False
     assert settings["model"]["generationConfig"]["contextWindowSize"] == CONTEXT
     assert "--yolo" in launch.argv and launch.argv[-1] == "Read hello.py"
 
