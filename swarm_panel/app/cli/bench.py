@@ -226,7 +226,10 @@ class LinePricing:
 
     @property
     def tok_s(self) -> float:
-        ms = self.decode_ms + self.prompt_steps_ms
+        # A prompt step that came in under its rows' price on the line is noise, not a credit: both
+        # figures price it at no less than its rows, so the bound cannot fall below the run.
+        rows_ms = self.prompt_steps_ms - self.prompt_excess_ms
+        ms = self.decode_ms + rows_ms + max(self.prompt_excess_ms, 0.0)
         return self.tokens / ms * 1e3 if ms > 0 else 0.0
 
     @property

@@ -153,6 +153,23 @@ def test_a_cheap_prompt_is_priced_as_it_ran_not_as_rows():
     assert pricing.bound_tok_s >= measured
 
 
+def test_a_prompt_step_under_the_line_is_no_credit():
+    """A prompt step that a noisy machine ran faster than the line prices its rows: the run's figure
+    must not climb above the best schedule's (CI saw 1,842 against a bound of 1,825)."""
+    from types import SimpleNamespace
+
+    from swarm_panel.app.cli.bench import LinePricing
+    from swarm_panel.runtime.core.fit import StepLine
+
+    pricing = LinePricing(StepLine(floor_ms=10.0, per_row_ms=2.0, points=6), width=2)
+    # The line prices the prompt step's 2 rows at 14 ms; it ran in 11.
+    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=6, padding_lanes=0, useful_tokens=2, duration=0.011))
+    pricing.add(SimpleNamespace(decode_rows=2, prefill_tokens=0, padding_lanes=0, useful_tokens=2, duration=0.014))
+    assert pricing.prompt_token_ms == 0.0
+    assert pricing.tok_s == pytest.approx(4 / (14 + 14) * 1e3)
+    assert pricing.tok_s <= pricing.bound_tok_s
+
+
 def test_llama_fit_sweeps_in_rounds_and_prices_the_run(tiny_model_path, capsys, monkeypatch):
     from swarm_panel.app.cli import bench
 
