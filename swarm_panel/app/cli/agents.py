@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "harness's own, which the server's keep-alives hold through a long prompt)")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds to wait before stopping those still running (default: wait for all)")
+    run.add_argument("--first-timeout", type=float, default=None, metavar="S",
+                     help="the first session's --timeout (default: --timeout): a cold first session computes the "
+                          "harness's whole prompt, which the later ones reuse")
     run.add_argument("--max-output-tokens", type=_positive, default=DEFAULT_MAX_OUTPUT_TOKENS,
                      help="each response's output limit, as each harness is told "
                           f"(default {DEFAULT_MAX_OUTPUT_TOKENS})")
@@ -147,9 +150,10 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
                 runs += started
                 print(f"session {session}: {len(started)} {kind.display} agent(s) in {started[0].folder} "
                       f"against {http.url}", file=sys.stderr, flush=True)
-                if not await launcher.wait(args.timeout):
+                timeout = args.first_timeout if session == 1 and args.first_timeout is not None else args.timeout
+                if not await launcher.wait(timeout):
                     # The next session still runs: what this one computed is kept for it.
-                    print(f"stopping the agents still running after {args.timeout:g} s", file=sys.stderr, flush=True)
+                    print(f"stopping the agents still running after {timeout:g} s", file=sys.stderr, flush=True)
                     await launcher.stop_all()
         finally:
             await launcher.stop_all()

@@ -114,3 +114,12 @@ def test_sessions_run_one_after_another_and_the_second_reuses_the_firsts_prompt(
     # The same harness prompt again: the second session computes a small part of it (issue #39: under 10%).
     assert second["first_turn_prompt"] == first["first_turn_prompt"] > 100
     assert second["first_turn_computed"] * 10 < first["first_turn_computed"]
+
+
+def test_the_first_session_may_be_given_longer_than_the_later_ones(fake, folder, capsys):
+    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
+                 "--task", "slow", "--first-timeout", "60", "--timeout", "0.5", "--json"])
+    out = capsys.readouterr().out
+    assert code == 1
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["completed"] and not second["completed"]

@@ -5,7 +5,8 @@ harness installed. The task picks what it does:
 - anything but the words below: one chat request to the base URL it was given, its reply printed, exit 0;
 - "hang": starts a child, both ignore SIGTERM, and sleeps (a stop must kill the whole group);
 - "fail": complains on stderr and exits 3;
-- "quiet": says "done" and exits 0 without a request (no server needed).
+- "quiet": says "done" and exits 0 without a request (no server needed);
+- "slow": as "quiet", two seconds later.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ if task == "hang":
         f.write(str(child.pid))
     print("hanging", flush=True)
     time.sleep(600)
-elif task == "quiet":
+elif task in ("quiet", "slow"):
+    time.sleep(2 if task == "slow" else 0)
     print("done")
 elif task == "fail":
     print("fake-agent: cannot do that", file=sys.stderr)
