@@ -55,6 +55,11 @@ from swarm_panel.app.loadgen.swarm import SwarmConfig, run_swarm
 from swarm_panel.app.service.engine_factory import resolve_model
 from swarm_panel.runtime.models.demo import ensure_demo_model
 
+try:
+    from benchmarks.peer_workloads import WORKLOADS, cut_to_tokens, harness_head, workload_model
+except ModuleNotFoundError:  # run as `python benchmarks/peer_servers.py`: this folder is on the path
+    from peer_workloads import WORKLOADS, cut_to_tokens, harness_head, workload_model
+
 SCALED_LENGTHS = (10, 22, 38, 55, 75, 120, 162, 225)  # the article's 40..900, divided by four
 
 
@@ -134,7 +139,8 @@ def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> Sw
     if args.real_agents:
         return SwarmConfig(url=url, agents=args.agents, seconds=seconds, real_agents=True, turns=args.turns,
                            reply_tokens=args.reply_tokens)
-    multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens}
+    multi_turn = {"turns": args.turns, "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens,
+                  "system_prompt": args.head, "tool_seconds": args.tool_seconds}
     return SwarmConfig(url=url, agents=args.agents, seconds=seconds, lengths=args.lengths,
                        prompt_tokens=args.prompt_tokens, long_prompt_tokens=args.long_prompt_tokens, eos_token_ids=eog,
                        requests_per_agent=None if args.turns else args.requests, **(multi_turn if args.turns else {}))
@@ -171,6 +177,8 @@ def _serve_round(name: str, command: list[str], port: int, args: argparse.Namesp
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     try:
         wait_healthy(url, proc)
+        if args.head:
+            parent_turn(url, args.head)
         report = asyncio.run(run_swarm(swarm_config(args, url, eog)))
         if report.requests == 0:
             # Seen once on this shared machine and not reproduced: say what the server was doing.
@@ -186,6 +194,21 @@ def _serve_round(name: str, command: list[str], port: int, args: argparse.Namesp
         log.close()
 
 
+def parent_turn(url: str, head: str) -> None:
+    """The parent agent's first turn, untimed: it computes the harness head its sub-agents then share."""
+    body = {"model": "swarm-panel", "max_tokens": 4, "temperature": 0.0, "user": "parent",
+            "messages": [{"role": "system", "content": head}, {"role": "user", "content": "Plan the task."}]}
+    httpx.post(f"{url}/v1/chat/completions", json=body, timeout=3600).raise_for_status()
+
+
+def range_of(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(",")
+    try:
+        return (float(low), float(high)) if sep else (float(low), float(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW,HIGH seconds, got {text!r}") from None
+
+
 def beside_long(report: dict) -> str:
     """The other agents' figures when the first one sends long prompts."""
     short = report.get("short_prompts")
@@ -193,6 +216,12 @@ def beside_long(report: dict) -> str:
         return ""
     return (f"\n{'':<25}beside the long prompt: TTFT p50 {1e3 * (short['ttft_p50'] or 0):6.0f} ms"
             f"  p95 {1e3 * (short['ttft_p95'] or 0):6.0f} ms  turn p95 {short['latency_p95'] or 0:5.1f} s")
+
+
+def follow_ups(report: dict) -> str:
+    """Prompt tokens the server computed per follow-up turn, where the workload has them."""
+    p50, p95 = report.get("follow_up_computed_p50"), report.get("follow_up_computed_p95")
+    return "" if p95 is None else f"  follow-up computed p50 {p50:,.0f} p95 {p95:,.0f}"
 
 
 def cached_share(report: dict) -> float:
@@ -207,8 +236,10 @@ def variant(text: str) -> tuple[str, list[str]]:
     return name, shlex.split(flags)
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=list(WORKLOADS), default=None,
+                        help="a named workload (benchmarks/peer_workloads.py): its settings become the defaults")
     parser.add_argument("--llama-server", type=Path, default=None,
                         help="llama-server's binary (benchmarks/build_llama_server.sh); not needed with --only swarm-panel")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the demo model)")
@@ -230,6 +261,16 @@ def main() -> int:
                              "8 gives every agent each of the 8 lengths once")
     parser.add_argument("--system-tokens", type=int, default=0, help="shared system prompt, about this many tokens")
     parser.add_argument("--tool-tokens", type=int, default=64, help="tool result appended each turn")
+    parser.add_argument("--tool-seconds", type=range_of, default=(0.0, 0.0), metavar="LOW,HIGH",
+                        help="with --turns: each tool call takes a time drawn from this range (per agent, the same "
+                             "for every server), so agents come back in an irregular order")
+    parser.add_argument("--harness-head", choices=["claude-code", "qwen-code", "codex", "opencode"], default=None,
+                        help="with --turns: the agents are sub-agents sharing this harness's captured system prompt "
+                             "and tools, which an untimed parent turn computes before each round")
+    parser.add_argument("--head-tokens", type=int, default=20_000,
+                        help="with --harness-head: its first this many tokens in the model's vocabulary")
+    parser.add_argument("--model-kind", choices=["qwen35", "tiny"], default=None,
+                        help="without --model: a random-weight model the project writes (qwen35: the hybrid demo)")
     parser.add_argument("--real-agents", action="store_true",
                         help="real multi-turn coding chats with natural stops, for --seconds (default model: the "
                              "bundled SmolLM2, as swarm-panel serves it on a CPU)")
@@ -254,15 +295,28 @@ def main() -> int:
                         help="also run swarm-panel serve from this checkout (e.g. a worktree of an older commit)")
     parser.add_argument("--logs", default="/tmp/peer-bench-logs")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    chosen, _ = parser.parse_known_args(argv)
+    if chosen.workload:
+        parser.set_defaults(**WORKLOADS[chosen.workload])
+    args = parser.parse_args(argv)
     args.lanes = args.lanes or args.agents
+    args.head = None
+    if args.llama_server is None and any(name.startswith("llama-server")
+                                         for name in selected(["llama-server"], args.only)):
+        parser.error("--llama-server PATH is needed unless --only leaves llama-server out")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     Path(args.logs).mkdir(parents=True, exist_ok=True)
-    model = args.model or (resolve_model(None)[0] if args.real_agents else ensure_demo_model())
+    model = args.model or (resolve_model(None)[0] if args.real_agents else
+                           workload_model(args.model_kind) if args.model_kind else ensure_demo_model())
     eog = eog_tokens(model)
+    if args.harness_head:
+        args.head = cut_to_tokens(harness_head(args.harness_head), model, args.head_tokens)
     results: dict[str, list[dict]] = {}
     names = selected(server_commands(args, model, 0), args.only)
-    if args.llama_server is None and any(name.startswith("llama-server") for name in names):
-        parser.error("--llama-server PATH is needed unless --only leaves llama-server out")
     width = max([17, *map(len, names)])
     for round_index in range(args.rounds):
         port = free_port()
@@ -274,7 +328,7 @@ def main() -> int:
             print(f"round {round_index + 1} {name:<{width}} {report['tok_s']:7.1f} tok/s  requests {report['requests']:4d}"
                   f"  errors {report['errors']}  TTFT p50 {1e3 * (report['ttft_p50'] or 0):6.0f} ms"
                   f"  p95 {1e3 * (report['ttft_p95'] or 0):6.0f} ms  turn p50 {report['latency_p50'] or 0:5.1f} s"
-                  f"  p95 {report['latency_p95'] or 0:5.1f} s  cached {cached_share(report):4.0%}"
+                  f"  p95 {report['latency_p95'] or 0:5.1f} s  cached {cached_share(report):4.0%}{follow_ups(report)}"
                   f"  {report['seconds']:.1f} s{beside_long(report)}", flush=True)
     summary = {name: statistics.median(r["tok_s"] for r in runs) for name, runs in results.items()}
     base = summary.get("swarm-panel")
@@ -289,6 +343,12 @@ def main() -> int:
         shape = f"lengths {list(args.lengths)}, agent 1's prompts ~{args.long_prompt_tokens} tokens, {args.seconds:.0f} s"
     else:
         shape = f"lengths {list(args.lengths)}, {args.seconds:.0f} s"
+    if args.workload:
+        shape = f"workload {args.workload}: {shape}"
+    if args.head:
+        shape += f", sub-agents sharing {args.harness_head}'s head"
+    if args.tool_seconds[1]:
+        shape += f", tools {args.tool_seconds[0]:g}-{args.tool_seconds[1]:g} s"
     beside = f", beside {args.busy_cores} busy core(s)" if args.busy_cores else ""
     lanes = f" on {args.lanes} lanes" if args.lanes != args.agents else ""
     print(f"\n{args.agents} agents{lanes}, {shape} x {args.rounds} rounds, model {model.name}{beside}")
@@ -298,7 +358,11 @@ def main() -> int:
         p50 = statistics.median(r["latency_p50"] or 0 for r in runs)
         p95 = statistics.median(r["latency_p95"] or 0 for r in runs)
         cached = statistics.median(cached_share(r) for r in runs)
-        print(f"{name:<{width}} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s  cached {cached:4.0%}{ratio}")
+        ttft50 = statistics.median(r["ttft_p50"] or 0 for r in runs)
+        ttft95 = statistics.median(r["ttft_p95"] or 0 for r in runs)
+        print(f"{name:<{width}} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s"
+              f"  TTFT p50 {1e3 * ttft50:6.0f} ms  p95 {1e3 * ttft95:6.0f} ms  cached {cached:4.0%}"
+              f"{follow_ups(runs[-1])}{ratio}")
         if args.long_prompt_tokens:
             ttft = statistics.median(r["short_prompts"]["ttft_p95"] or 0 for r in runs)
             turn = statistics.median(r["short_prompts"]["latency_p95"] or 0 for r in runs)

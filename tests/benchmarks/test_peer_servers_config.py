@@ -6,13 +6,14 @@ import argparse
 
 import pytest
 
-from benchmarks.peer_servers import SCALED_LENGTHS, selected, server_commands, swarm_config, variant
+from benchmarks.peer_servers import SCALED_LENGTHS, parse_args, selected, server_commands, swarm_config, variant
+from benchmarks.peer_workloads import harness_head
 
 
 def _args(**given) -> argparse.Namespace:
     defaults = {"agents": 8, "seconds": 60.0, "turns": None, "real_agents": False, "reply_tokens": 256,
                 "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32,
-                "requests": None, "long_prompt_tokens": 0}
+                "requests": None, "long_prompt_tokens": 0, "head": None, "tool_seconds": (0.0, 0.0)}
     return argparse.Namespace(**(defaults | given))
 
 
@@ -79,3 +80,28 @@ def test_only_keeps_the_variants_of_the_servers_it_names():
     assert selected(names, ["llama-server"]) == ["llama-server", "llama-server-fa-off"]
     assert selected(names, ["swarm-panel-fa"]) == ["swarm-panel-fa"]
     assert selected(names, None) == names
+
+
+def test_a_named_workload_sets_the_defaults_and_a_given_flag_still_wins():
+    args = parse_args(["--workload", "past-lanes", "--only", "swarm-panel"])
+    assert (args.agents, args.lanes, args.turns, args.tool_seconds) == (24, 8, 6, (0.5, 5.0))
+    args = parse_args(["--workload", "past-lanes", "--only", "swarm-panel", "--agents", "16", "--tool-seconds", "1,2"])
+    assert (args.agents, args.lanes, args.tool_seconds) == (16, 8, (1.0, 2.0))
+    assert parse_args(["--workload", "hybrid-agents", "--only", "swarm-panel"]).model_kind == "qwen35"
+    with pytest.raises(SystemExit):
+        parse_args(["--workload", "hybrid-agents"])  # llama-server in the rotation needs its binary
+
+
+def test_sub_agents_share_the_harness_head_and_tools_take_their_time():
+    config = swarm_config(_args(turns=2, head="HEAD", tool_seconds=(0.5, 5.0)), "http://127.0.0.1:1", ())
+    assert config.system_prompt == "HEAD" and config.tool_seconds == (0.5, 5.0) and config.turns == 2
+
+
+def test_a_harness_head_is_its_system_prompt_and_tools_without_claude_codes_billing_block():
+    head = harness_head("claude-code")
+    assert head.startswith("You are a Claude agent") and "x-anthropic-billing-header" not in head
+    assert '"name":"Read"' in head and len(head) > 60_000
+    qwen = harness_head("qwen-code")
+    assert '"name":"read_file"' in qwen and qwen.index("# Tools") > 1_000
+    with pytest.raises(ValueError, match="no captured first turn"):
+        harness_head("aider-nope")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -67,6 +68,11 @@ class SwarmConfig:
     # another, ended by the model's own stop and capped at reply_tokens; lengths are then unused.
     real_agents: bool = False
     reply_tokens: int = 256
+    # The shared system message's exact text (a harness's system prompt and tools, say); overrides system_tokens.
+    system_prompt: str | None = None
+    # After each turn of a conversation the agent's tool runs for a time drawn from this range (seeded by
+    # agent, the same for every server), so agents come back in an irregular order, idle meanwhile.
+    tool_seconds: tuple[float, float] = (0.0, 0.0)
     # A coordinator, its workers and a noisy neighbour (app.loadgen.swarm_critical_path) instead of `agents`
     # closed-loop agents; it ends after its rounds (or `seconds`).
     critical_path: CriticalPathWorkload | None = None
@@ -85,6 +91,8 @@ class SwarmConfig:
             if self.turns < 1:
                 raise ValueError(f"turns must be at least 1, got {self.turns}")
             self.requests_per_agent = self.turns
+        if not 0 <= self.tool_seconds[0] <= self.tool_seconds[1]:
+            raise ValueError(f"tool_seconds must be a range 0 <= low <= high, got {self.tool_seconds}")
         if self.system_tokens < 0 or self.tool_tokens < 0 or self.long_prompt_tokens < 0:
             raise ValueError("system_tokens, tool_tokens and long_prompt_tokens must not be negative")
         if not 1 <= self.agents <= 1024:
@@ -121,6 +129,8 @@ class AgentReport:
     cached_tokens: int = 0
     ttft: list[float] = field(default_factory=list)
     latency: list[float] = field(default_factory=list)
+    # Prompt tokens the server computed (prompt less cached) on each turn after a conversation's first.
+    follow_up_computed: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -143,6 +153,9 @@ class SwarmReport:
     critical_path: dict | None = None
     # With long_prompt_tokens: TTFT and turn latency (p50, p95) of every agent but the long-prompt one.
     short_prompts: dict | None = None
+    # Prompt tokens computed per follow-up turn (a conversation's turns after its first), p50 and p95.
+    follow_up_computed_p50: float | None = None
+    follow_up_computed_p95: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -171,7 +184,8 @@ class _Swarm:
         c = self.config
         if c.real_agents:
             return list(self._chat(agent).messages)
-        system = [{"role": "system", "content": system_text(c.system_tokens)}] if c.system_tokens else []
+        shared = c.system_prompt if c.system_prompt is not None else system_text(c.system_tokens)
+        system = [{"role": "system", "content": shared}] if shared else []
         prompt_tokens = c.long_prompt_tokens if agent == 0 and c.long_prompt_tokens else c.prompt_tokens
         if c.turns is None:
             return system + [{"role": "user", "content": prompt_text(agent, turn, prompt_tokens)}]
@@ -220,9 +234,13 @@ class _Swarm:
     async def agent(self, client: httpx.AsyncClient, agent: int) -> None:
         report = self.reports[agent_name(agent)]
         turn = 0
+        tool = random.Random(agent)
         while self._more(turn):
             await self._one(client, agent, turn, report)
             turn += 1
+            low, high = self.config.tool_seconds
+            if high and self._more(turn):
+                await asyncio.sleep(tool.uniform(low, high))
 
     async def _one(self, client: httpx.AsyncClient, agent: int, turn: int, report: AgentReport) -> None:
         started = time.monotonic()
@@ -230,6 +248,7 @@ class _Swarm:
         chunks = 0
         usage = None
         reply: list[str] = []
+        follow_up = self._follow_up(agent)
         try:
             async with client.stream("POST", "/v1/chat/completions", json=self._body(agent, turn)) as resp:
                 if resp.status_code != 200:
@@ -266,12 +285,20 @@ class _Swarm:
             report.prompt_tokens += usage.get("prompt_tokens") or 0
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
             report.cached_tokens += cached or 0
+            if follow_up:
+                report.follow_up_computed.append((usage.get("prompt_tokens") or 0) - (cached or 0))
         if usage:
             # A chunk may carry several tokens (held-back stop text); usage is exact.
             report.tokens += usage["completion_tokens"] - chunks
         report.latency.append(time.monotonic() - started)
         if first is not None:
             report.ttft.append(first - started)
+
+    def _follow_up(self, agent: int) -> bool:
+        """Whether the agent's next request continues a conversation (a failed request is no turn)."""
+        if self.config.real_agents:
+            return self._chat(agent).turn > 0
+        return any(m["role"] == "assistant" for m in self.conversations.get(agent, ()))
 
     def _error(self, report: AgentReport, message: str) -> None:
         report.errors += 1
@@ -340,6 +367,7 @@ def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
     ttft = [t for r in reports.values() for t in r.ttft]
     latency = [t for r in reports.values() for t in r.latency]
     tokens = sum(r.tokens for r in reports.values())
+    follow_ups = [n for r in reports.values() for n in r.follow_up_computed]
     short_prompts = None
     if config.long_prompt_tokens:
         others = [r for name, r in reports.items() if name != agent_name(0)]
@@ -362,6 +390,8 @@ def _report(config: SwarmConfig, swarm: _Swarm, seconds: float) -> SwarmReport:
         prompt_tokens=sum(r.prompt_tokens for r in reports.values()),
         cached_tokens=sum(r.cached_tokens for r in reports.values()),
         short_prompts=short_prompts,
+        follow_up_computed_p50=percentile(follow_ups, 50),
+        follow_up_computed_p95=percentile(follow_ups, 95),
         per_agent={
             name: {"requests": r.requests, "errors": r.errors, "tokens": r.tokens,
                    "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,

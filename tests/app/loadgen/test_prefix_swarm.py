@@ -87,3 +87,32 @@ def test_the_first_agent_can_paste_long_prompts_and_the_others_figures_are_kept_
     # The long prompt's slow first tokens count in the whole swarm's TTFT, not in the others'.
     assert report.ttft_p95 >= 0.3
     assert report.short_prompts["ttft_p95"] < 0.3 and report.short_prompts["latency_p95"] < 0.3
+
+
+def test_follow_up_turns_report_the_prompt_tokens_the_server_computed():
+    received: list[dict] = []
+    report = _swarm_against_fake(dict(agents=2, turns=3, tool_tokens=10, lengths=(4,)), received)
+    # The fake computes prompt - 90 cached: 11 and 12 on each agent's turns 2 and 3; turn 1 is no follow-up.
+    assert report.requests == 6
+    assert report.follow_up_computed_p50 in (11, 12) and report.follow_up_computed_p95 == 12
+
+
+def test_a_harness_system_prompt_is_sent_exactly_and_tools_run_between_turns():
+    received: list[dict] = []
+    started = time.monotonic()
+    report = _swarm_against_fake(dict(agents=3, turns=3, tool_tokens=10, lengths=(4,), system_prompt="HARNESS HEAD",
+                                      tool_seconds=(0.2, 0.4)), received)
+    assert report.errors == 0 and report.requests == 9
+    assert {body["messages"][0]["content"] for body in received} == {"HARNESS HEAD"}
+    # Two tool runs of 0.2-0.4 s per agent, after turns 1 and 2 (none after the last).
+    assert time.monotonic() - started >= 0.4
+    # Drawn per agent: the agents come back at different times, so their turns interleave.
+    order = [body["user"] for body in received]
+    assert order[:3] != order[3:6] or order[3:6] != order[6:9]
+
+
+def test_a_tool_time_range_must_be_a_range():
+    import pytest
+
+    with pytest.raises(ValueError, match="tool_seconds"):
+        SwarmConfig(url="http://x", turns=2, tool_seconds=(0.5, 0.1))
