@@ -146,8 +146,9 @@ def to_chat(body: MessagesRequest, stream: bool) -> ChatCompletionRequest:
         "tools": [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                     "parameters": t.input_schema}} for t in body.tools or []] or None,
         "tool_choice": tool_choice, "parallel_tool_calls": False if choice and choice.disable_parallel_tool_use else None,
-        "max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-        "stop": body.stop_sequences or None, "stream": stream,
+        "max_tokens": body.max_tokens, "stop": body.stop_sequences or None, "stream": stream,
+        # Only the knobs the client set: the others are the server's or the model's to choose (ServerCore.sampled).
+        **{name: getattr(body, name) for name in ("temperature", "top_p", "top_k") if name in body.model_fields_set},
     }
     return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
 

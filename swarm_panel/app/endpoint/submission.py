@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -53,7 +54,10 @@ ASKED_TAIL_TOKENS = 160
 OFF_LOOP_CHARS = 8192
 MAX_AGENT_CHARS = 256
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
+B = TypeVar("B", bound=SamplingRequest)
 
 
 @dataclass(slots=True)
@@ -66,6 +70,8 @@ class _EngineFacts:
     n_vocab: int | None
     tool_format: ToolCallFormat
     think: ThinkTags | None
+    # What a request that leaves a sampling knob out gets (`sampled`): the server's default, else the model's.
+    sampling: dict[str, float]
 
 
 class ServerCore:
@@ -105,8 +111,26 @@ class ServerCore:
                 n_vocab=int(n_vocab) if n_vocab else None,
                 tool_format=detect_format(engine.chat_template),
                 think=think_tags(engine.chat_template),
+                sampling=self._sampling_defaults(described.get("recommended_sampling") or {}),
             )
         return facts
+
+    def _sampling_defaults(self, recommended: dict[str, float]) -> dict[str, float]:
+        settings = self.service.settings
+        given = {"temperature": settings.default_temperature, "top_p": settings.default_top_p}
+        defaults = {**recommended, **{name: value for name, value in given.items() if value is not None}}
+        log.info("requests that name no sampling get %s",
+                 ", ".join(f"{name} {value:g}" for name, value in defaults.items()) or "the API's defaults")
+        return defaults
+
+    def sampled(self, body: B) -> B:
+        """The body with the sampling knobs it leaves out filled in: the server's default
+        (--default-temperature, --default-top-p), else the model's recommended (its GGUF's
+        general.sampling.* keys, or its card's), else the API's own default as the body has it."""
+        engine, _ = self.engine()
+        unset = {name: value for name, value in self.facts(engine).sampling.items()
+                 if name not in body.model_fields_set}
+        return body.model_copy(update=unset) if unset else body
 
     def _context_holds(self, engine: Engine, limit: int) -> str:
         """How much context a request may have, and, where split KV is what caps it, how to give it more:
@@ -280,6 +304,7 @@ class ServerCore:
         engine, thread = self.engine()
         self.check_capacity(thread)
         facts = self.facts(engine)
+        body = self.sampled(body)
         grammar = chat_grammar(engine, body, facts.tool_format)
         text, prompt_ids = await self.render_chat_request(engine, body)
         agent = agent or agent_of(body.user, request)
@@ -296,6 +321,7 @@ class ServerCore:
     async def start_completion(self, request: Request, engine: Engine, thread: EngineThread, body: SamplingRequest,
                                prompt_ids: list[int], agent: str) -> ChatRun:
         started = time.monotonic()
+        body = self.sampled(body)
         grammar = None
         if body.grammar is not None:
             require_constraints(engine, "a grammar", "grammar")

@@ -125,8 +125,9 @@ def to_chat(body: ResponsesRequest, history: list[dict[str, Any]], table: ToolTa
     chat = {
         "messages": system + turns, "tools": table.chat_tools or None, "tool_choice": choice,
         "parallel_tool_calls": body.parallel_tool_calls, "max_completion_tokens": body.max_output_tokens,
-        "temperature": 1.0 if body.temperature is None else body.temperature,
-        "top_p": 1.0 if body.top_p is None else body.top_p, "presence_penalty": body.presence_penalty,
+        # Only the knobs the client set: the others are the server's or the model's to choose (ServerCore.sampled).
+        **{name: getattr(body, name) for name in ("temperature", "top_p") if name in body.model_fields_set},
+        "presence_penalty": body.presence_penalty,
         # Codex names no user but keys its prompt cache by session: that is the agent.
         "user": body.user or body.prompt_cache_key, "frequency_penalty": body.frequency_penalty,
         "response_format": response_format,
@@ -271,7 +272,9 @@ def responses_router(server: ServerCore) -> APIRouter:
                                   code="previous_response_not_found")
         history = previous.conversation if previous else []
         table = tool_table(body.tools)
-        chat = to_chat(body, history, table)
+        # The sampling it runs with, the server's or the model's where the body names none, is what the
+        # response says it ran with.
+        chat = server.sampled(to_chat(body, history, table))
         run = await server.start_chat(chat, request)
         budget = int(server.service.settings.responses_store_mb * (1 << 20))
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else {"type": "text"}

@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         DEFAULT_MAX_TOKENS, ge=1, le=1 << 20, description="Output tokens for a request that names no limit (Codex, "
         "aider); on every endpoint a limit past what the context has left after the prompt is cut to that, "
         "never refused")
+    default_temperature: float | None = Field(
+        None, ge=0.0, le=2.0, description="Temperature for a request that names none (Claude Code, Codex, opencode "
+        "and Qwen Code send none); unset: the model's recommended (its GGUF's general.sampling.temp, or the bundled "
+        "SmolLM2's card: 0.2), else the API's 1.0")
+    default_top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="top_p for a request that names none; unset: the model's recommended "
+        "(general.sampling.top_p, or SmolLM2's card: 0.9), else 1.0")
     max_prompt_chars: int = Field(1 << 20, ge=16, le=1 << 28, description="Longest prompt text accepted, in characters")
 
     backends: list[BackendConfig] = Field(

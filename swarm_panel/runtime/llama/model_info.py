@@ -14,6 +14,23 @@ _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d[\w]*|[Ff]16|[Ff]32|[Bb][Ff]16)$")
 _SIZE_LABEL = re.compile(r"(?:^|[.\-_])(?:\d+x)?\d+(?:\.\d+)?[MmBbKk](?:[.\-_]|$)")
 
 
+# The author's recommended sampling, where a converter wrote it into the file (llama.cpp's
+# LLAMA_MODEL_META_KEY_SAMPLING_*; llama-server takes them as its defaults too).
+SAMPLING_KEYS = {
+    "temperature": "general.sampling.temp",
+    "top_p": "general.sampling.top_p",
+    "top_k": "general.sampling.top_k",
+    "min_p": "general.sampling.min_p",
+    "repeat_penalty": "general.sampling.penalty_repeat",
+}
+# Where the file carries none: the model card's. SmolLM2-135M-Instruct's card generates with
+# temperature 0.2 and top_p 0.9; at the APIs' default of 1.0 a model this small drifts into noise
+# within a few dozen tokens of a coding agent's long prompt and rarely stops.
+MODEL_CARD_SAMPLING: dict[str, dict[str, float]] = {
+    "SmolLM2-135M-Instruct": {"temperature": 0.2, "top_p": 0.9},
+}
+
+
 def meta_value(model: llama_cpp.llama_model_p, key: str) -> str | None:
     """A GGUF metadata value as text, or None when the file lacks the key."""
     buf = bytes(256)
@@ -24,6 +41,34 @@ def meta_value(model: llama_cpp.llama_model_p, key: str) -> str | None:
         buf = bytes(n + 1)
         llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
     return buf[:n].decode("utf-8", errors="replace")
+
+
+def recommended_sampling(model: llama_cpp.llama_model_p, name: str) -> dict[str, float]:
+    """The sampling the model's author recommends: its GGUF's general.sampling.* keys, else its card's
+    (MODEL_CARD_SAMPLING, by display name), else none. Values outside what a request may ask are left out;
+    top_k 0 or below means off."""
+    found: dict[str, float] = {}
+    for field, key in SAMPLING_KEYS.items():
+        text = meta_value(model, key)
+        if text is None:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            continue
+        if field == "top_k":
+            found[field] = max(int(value), 0)
+        elif _SAMPLING_RANGES[field](value):
+            found[field] = value
+    return found or dict(MODEL_CARD_SAMPLING.get(name, {}))
+
+
+_SAMPLING_RANGES = {
+    "temperature": lambda v: 0.0 <= v <= 2.0,
+    "top_p": lambda v: 0.0 < v <= 1.0,
+    "min_p": lambda v: 0.0 <= v <= 1.0,
+    "repeat_penalty": lambda v: 0.0 <= v <= 10.0,
+}
 
 
 def chat_template(model: llama_cpp.llama_model_p) -> str | None:
@@ -46,8 +91,9 @@ def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
     llama_cpp.llama_model_desc(model, desc, len(desc))
     file_type = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(model))
     vocab = llama_cpp.llama_model_get_vocab(model)
+    name = display_name(meta_value(model, "general.name"), path)
     return {
-        "name": display_name(meta_value(model, "general.name"), path),
+        "name": name,
         "gguf_name": meta_value(model, "general.name"),
         "path": str(path),
         "architecture": meta_value(model, "general.architecture"),
@@ -61,6 +107,7 @@ def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
         "n_layer": llama_cpp.llama_model_n_layer(model),
         "context_length_train": llama_cpp.llama_model_n_ctx_train(model),
         "chat_template_present": chat_template(model) is not None,
+        "recommended_sampling": recommended_sampling(model, name),
         "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
     }

@@ -3,8 +3,11 @@
 The scheduler owns one PrefixCache; the prefix planner (runtime.scheduling.prefix_planner) decides what goes
 in and what comes out, and the KV budget (runtime.scheduling.kv_budget) reads its token count. Each entry
 names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
-holds at positions 0..n-1. Entries are kept in least-recently-used order and evicted from the cold
-end whenever live sequences need the room.
+holds at positions 0..n-1. Entries are kept in least-recently-used order. Whenever live sequences need
+the room, an entry a queued request would take its prefix from (its longest match, among the first
+QUEUED_LOOKAHEAD queued) goes last; of the others, the one whose agent is expected back furthest from
+now (runtime.reuse.return_forecast), the least recently used among equals (all of them, before any
+gap is known).
 
 Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
 sequences' computed tokens, which the planner passes in) with one numpy comparison each. With at
@@ -22,17 +25,22 @@ read.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from swarm_panel.runtime.core.prefix_store import StoredPrefix
 from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
 
 # Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
 MIN_MATCH_TOKENS = 8
+# Queued requests whose best matches eviction spares: the ones admitted soonest (a scan costs one
+# comparison per resident entry each).
+QUEUED_LOOKAHEAD = 32
 
 
 def as_tokens(token_ids: list[int] | np.ndarray) -> np.ndarray:
@@ -74,10 +82,15 @@ class Match:
 
 
 class PrefixCache:
-    def __init__(self, max_entries: int, max_parked: int = 0) -> None:
+    def __init__(self, max_entries: int, max_parked: int = 0, forecast: ReturnForecast | None = None) -> None:
         # Resident entries at most, and parked ones beside them (an engine that parks evicted sequences).
         self.max_entries = max_entries
         self.max_parked = max_parked
+        # None: evict least recently used first.
+        self.forecast = forecast
+        # The queued requests, first to be admitted first (the scheduler's queue); their best matches are
+        # evicted last.
+        self.queued: Callable[[], Iterable[Request]] = tuple
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # coldest first
         # What the resident entries hold of the KV (tokens) and of the engine's sequence ids.
         self.num_tokens = 0
@@ -100,19 +113,23 @@ class PrefixCache:
         if self.max_entries < 1 or num_tokens < MIN_MATCH_TOKENS:
             return evicted
         cap = self.max_entries if limit is None else max(1, min(limit, self.max_entries))
-        while self.num_resident >= cap:
-            evicted.append(self.pop_lru())
-        self._add(CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent))
+        # In first, so that an older entry holding the same tokens is the one to go.
+        entry = CacheEntry(handle, as_tokens(handle.token_ids[:num_tokens]), handle.agent)
+        self._add(entry)
+        while self.num_resident > cap:
+            evicted.append(self.pop_evictable(keep=entry))
         return evicted
 
     def add_parked(self, entry: CacheEntry) -> list[CacheEntry]:
-        """Keeps an evicted entry as parked; returns the parked entries beyond max_parked, coldest first,
-        which leave."""
+        """Keeps an evicted entry as parked; returns the parked entries beyond max_parked, which leave
+        (the same choice as eviction's)."""
         entry.parked = True
         self._add(entry)
-        over = [e for e in self._entries.values() if e.parked][:max(self.num_parked - self.max_parked, 0)]
-        for e in over:
-            self.remove(e)
+        over: list[CacheEntry] = []
+        while self.num_parked > self.max_parked:
+            victim = self._victim([e for e in self._entries.values() if e.parked])
+            self.remove(victim)
+            over.append(victim)
         return over
 
     @property
@@ -166,14 +183,40 @@ class PrefixCache:
             self.num_tokens -= entry.num_tokens
             self.num_resident -= 1
 
-    def pop_lru(self, keep: CacheEntry | None = None) -> CacheEntry | None:
-        """Removes and returns the coldest resident entry other than `keep`; None when there is none
-        (a parked entry holds nothing of the engine's to free)."""
-        for entry in self._entries.values():
-            if entry is not keep and not entry.parked:
-                self.remove(entry)
-                return entry
-        return None
+    def pop_evictable(self, keep: CacheEntry | None = None, spare: Collection[int] = ()) -> CacheEntry | None:
+        """Removes and returns the resident entry to evict other than `keep`; None when there is none
+        (a parked entry holds nothing of the engine's to free). Entries of the requests in `spare` go
+        only when no other is left (the source of a copy in the plan going out keeps its id until the
+        next one whatever happens to it)."""
+        resident = [entry for entry in self._entries.values() if not entry.parked]
+        candidates = [entry for entry in resident if entry is not keep]
+        if not candidates:
+            return None
+        candidates = [e for e in candidates if e.handle.request_id not in spare] or candidates
+        wanted = self._wanted(resident)
+        entry = self._victim([e for e in candidates if id(e) not in wanted] or candidates)
+        self.remove(entry)
+        return entry
+
+    def _wanted(self, entries: list[CacheEntry]) -> set[int]:
+        """The entries (by id()) one of the first queued requests would take its longest prefix from: of
+        several holding as much, the most recently used (the others hold nothing it needs)."""
+        wanted: set[int] = set()
+        for request in itertools.islice(self.queued(), QUEUED_LOOKAHEAD):
+            tokens = as_tokens(request.token_ids)
+            shared = [common_prefix_len(tokens, entry.tokens) for entry in entries]
+            best = max(shared, default=0)
+            if best >= MIN_MATCH_TOKENS:
+                wanted.add(id(entries[len(shared) - 1 - shared[::-1].index(best)]))
+        return wanted
+
+    def _victim(self, entries: list[CacheEntry]) -> CacheEntry:
+        """Of entries in least-recently-used order: the one whose agent is expected back furthest from
+        now, the least recently used among equals."""
+        forecast = self.forecast
+        if forecast is None:
+            return entries[0]
+        return max(entries, key=lambda e: forecast.distance(e.agent, e.handle.finished_time, forecast.now))
 
     def clear(self) -> list[CacheEntry]:
         entries = list(self._entries.values())

@@ -7,8 +7,9 @@ copied) or by a live sequence (copied), and starts with num_computed_tokens = th
 keeps at most one finished sequence per lane of width. An engine whose live and cached sequences share
 one pool of ids (llama.cpp's split KV) gets a lane that starts evicting a cached sequence when the
 pool (within the width) is full, and adopts instead of copying where no id is left for the copy. Cached KV always yields: entries are
-evicted, least recently used first, whenever live sequences need the room, before anything live is
-preempted. Where the engine parks evicted sequences (`parks_evicted`: split KV), an evicted entry
+evicted whenever live sequences need the room, before anything live is preempted: first the one whose
+agent is expected back furthest from now, by its idle gaps so far (runtime.reuse.return_forecast), the
+least recently used among equals. Where the engine parks evicted sequences (`parks_evicted`: split KV), an evicted entry
 stays in the cache as parked in host RAM (a PARK op), holding no cells and no id, and a request that
 matches it gets it restored into an id of its own; a copy then parks a cached sequence for its id
 rather than adopting, and so cutting back, another agent's conversation.
@@ -113,8 +114,10 @@ class PrefixPlanner:
     # -- room --------------------------------------------------------------------------------------
 
     def evict_one(self, keep: CacheEntry | None = None) -> bool:
-        """Frees the KV cells and the sequence id of the coldest resident cached sequence but `keep`."""
-        entry = self.cache.pop_lru(keep)
+        """Frees the KV cells and the sequence id of a resident cached sequence but `keep`: the one whose
+        agent is expected back furthest from now (runtime.reuse.return_forecast)."""
+        copying = {op.source.request_id for op in self._ops if op.kind is PrefixOpKind.COPY}
+        entry = self.cache.pop_evictable(keep, spare=copying)
         if entry is None:
             return False
         self._evict(entry)
@@ -132,7 +135,7 @@ class PrefixPlanner:
             self._drop(old)
 
     def make_room(self, tokens: int, keep: CacheEntry | None = None) -> bool:
-        """Evicts cached sequences, coldest first, until `tokens` fit; says whether they do."""
+        """Evicts cached sequences (`evict_one`) until `tokens` fit; says whether they do."""
         while self.kv.free_tokens < tokens:
             if not self.evict_one(keep):
                 return False

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterator
 from operator import attrgetter
 
 from swarm_panel.runtime.core.config import SchedulerConfig
@@ -37,6 +38,7 @@ from swarm_panel.runtime.policies.batching import Policy
 from swarm_panel.runtime.policies.registry import make_policy
 from swarm_panel.runtime.policies.view import SchedulerView
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
+from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
 from swarm_panel.runtime.scheduling.admission import fill_free_lanes
 from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import Lane, LaneTable
@@ -73,7 +75,11 @@ class Scheduler:
         # Outputs of the call now running; every public call hands them back before it returns.
         self._outputs: list[Delivery] = []
         # 0 entries means the engine takes no prefix ops: no reuse at all.
-        self.prefix_cache = PrefixCache(caps.max_cached_sequences, MAX_PARKED if caps.parks_evicted else 0)
+        # When each agent is likely back from its tool: what cached sequences are evicted and parked by.
+        self.forecast = ReturnForecast()
+        self.prefix_cache = PrefixCache(caps.max_cached_sequences, MAX_PARKED if caps.parks_evicted else 0,
+                                        self.forecast)
+        self.prefix_cache.queued = self._queued
         self.kv = KVBudget(caps.kv_capacity, caps.sequence_state_tokens, self.prefix_cache)
         self.kv.limit = config.kv_budget
         self.lanes = LaneTable(config.num_lanes, self.kv)
@@ -84,6 +90,13 @@ class Scheduler:
     def for_engine(cls, config: SchedulerConfig, engine) -> Scheduler:
         """A scheduler sized to what the engine holds, prefix cache included."""
         return cls(config, engine.caps)
+
+    def _queued(self) -> Iterator[Request]:
+        """Requests yet to take their prefix: admitted ones first, then the queue in its order."""
+        for lane in self.lanes:
+            if lane.request is not None and not lane.prefix_checked and not lane.padding:
+                yield lane.request
+        yield from self.waiting
 
     # -- public surface ------------------------------------------------------------------------
 
@@ -128,6 +141,7 @@ class Scheduler:
         request.arrival_time = now
         request.status = RequestStatus.WAITING
         self.service.arrived(request)
+        self.forecast.arrived(request.request_id, request.agent, now)
         self.waiting.append(request)
 
     def abort(self, request_id: int, now: float, error: str | None = None) -> list[Delivery]:
@@ -419,6 +433,7 @@ class Scheduler:
         request.error = error
         request.finished_time = now
         self.service.left(request)
+        self.forecast.left(request.request_id, now)
         self.stats.ended(request, now)
         tokens, text = ([new_token.token], new_token.text) if new_token else ([], "")
         self._outputs.append(

@@ -52,6 +52,8 @@ def test_the_default_engine_is_the_bundled_real_model(server):
     assert facts["architecture"] == "llama" and facts["quantization"] == "F16"
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in facts["note"]
     assert facts["n_params"] > 100e6 and facts["chat_template_present"]
+    # The file carries no recommended sampling; its model card's stands in.
+    assert facts["recommended_sampling"] == {"temperature": 0.2, "top_p": 0.9}
     with _client(server) as client:
         assert client.models.list().data[0].id == "SmolLM2-135M-Instruct"
 

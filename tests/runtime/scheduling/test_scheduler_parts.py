@@ -63,9 +63,9 @@ def test_parked_entries_hold_no_kv_and_the_oldest_leave_past_their_count():
     evicted = cache.insert(finished[2], 20)
     assert [e.handle for e in evicted] == [finished[0]] and cache.num_resident == 2
     assert cache.add_parked(evicted[0]) == [] and kv.cached == 2 * (20 + 3) and len(cache) == 3
-    cache.add_parked(cache.pop_lru())
+    cache.add_parked(cache.pop_evictable())
     assert cache.insert(finished[3], 20) == []
-    oldest = cache.add_parked(cache.pop_lru())
+    oldest = cache.add_parked(cache.pop_evictable())
     # Three parked beside room for two: the one parked first leaves; none of them holds KV.
     assert [e.handle for e in oldest] == [finished[0]] and (cache.num_resident, cache.num_parked) == (1, 2)
     assert kv.cached == 20 + 3 and cache.num_tokens == 20
@@ -79,7 +79,7 @@ def test_a_parked_conversation_is_admitted_only_where_its_restored_tokens_fit():
     kv = KVBudget(capacity=40, state_tokens=0, cache=cache)
     earlier = Request(list(range(50)), SamplingParams(max_tokens=1))
     cache.insert(earlier, 50)
-    entry = cache.pop_lru()
+    entry = cache.pop_evictable()
     cache.add_parked(entry)
 
     class Planner:

@@ -1,0 +1,107 @@
+"""Eviction by when an agent will be back (runtime.reuse.return_forecast) rather than by age alone."""
+
+from __future__ import annotations
+
+import itertools
+
+from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
+from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
+
+
+def finished(agent: str, at: float, start: int = 0) -> Request:
+    request = Request(list(range(start, start + 20)), SamplingParams(max_tokens=1), agent=agent)
+    request.finished_time = at
+    return request
+
+
+_ids = itertools.count(1000)
+
+
+def gaps(forecast: ReturnForecast, agent: str, *idle: float) -> None:
+    """The agent's requests so far: each one's reply ended and it came back `idle` seconds later."""
+    t = 0.0
+    for gap in (*idle, None):
+        request_id = next(_ids)
+        forecast.arrived(request_id, agent, t)
+        t += 1.0
+        forecast.left(request_id, t)
+        t += gap or 0.0
+
+
+def test_an_agents_gap_follows_its_idle_times_and_an_agent_with_a_request_in_is_back():
+    forecast = ReturnForecast()
+    gaps(forecast, "a", 4.0)
+    assert forecast.gap("a") == 4.0
+    gaps(forecast, "b", 2.0, 6.0)
+    assert forecast.gap("b") == 4.0  # halfway from 2 to 6
+    assert forecast.gap("new") == 4.0  # the others' median
+    assert not forecast.is_back("a")
+    forecast.arrived(1, "a", 100.0)
+    assert forecast.gap("a") == 49.0  # idle 94 s since its last reply: halfway from 4
+    forecast.arrived(2, "a", 100.0)
+    forecast.left(1, 101.0)
+    assert forecast.is_back("a")
+    forecast.left(99, 101.0)  # a request it never held changes nothing
+    assert forecast.is_back("a")
+    forecast.left(2, 102.0)
+    assert not forecast.is_back("a")
+    forecast.arrived(3, "a", 110.0)
+    assert forecast.gap("a") == 28.5  # idle 8 s this time: halfway from 49
+
+
+def test_the_entry_evicted_is_the_one_whose_agent_is_back_furthest_from_now():
+    forecast = ReturnForecast()
+    gaps(forecast, "quick", 0.5)
+    gaps(forecast, "long-tool", 30.0)
+    gaps(forecast, "waiting", 1.0)
+    cache = PrefixCache(3, forecast=forecast)
+    # Least recently used first: "quick" would go under LRU.
+    cache.insert(finished("quick", 100.0, 0), 20)
+    cache.insert(finished("long-tool", 101.0, 100), 20)
+    cache.insert(finished("waiting", 102.0, 200), 20)
+    forecast.arrived(7, "waiting", 103.0)  # its next turn is in the queue
+    forecast.now = 105.0
+    # quick: expected at 100.5, 4.5 s ago; long-tool: expected at 131, 26 s away; waiting: back now.
+    assert [cache.pop_evictable().agent for _ in range(3)] == ["long-tool", "quick", "waiting"]
+
+
+def test_with_no_gaps_known_it_is_least_recently_used_and_parking_chooses_the_same_way():
+    forecast = ReturnForecast()
+    forecast.now = 50.0
+    cache = PrefixCache(3, max_parked=1, forecast=forecast)
+    for i, agent in enumerate(("a", "b", "c")):
+        cache.insert(finished(agent, 10.0 + i, 100 * i), 20)
+    assert cache.pop_evictable().agent == "a"
+    gaps(forecast, "b", 100.0)
+    gaps(forecast, "c", 0.1)
+    forecast.now = 50.0
+    b, c = (next(e for e in cache if e.agent == name) for name in ("b", "c"))
+    cache.remove(b)
+    cache.remove(c)
+    assert cache.add_parked(c) == []
+    # b is expected back at 111, c was expected at 12.1: of the two parked, b leaves (61 s from now).
+    assert [e.agent for e in cache.add_parked(b)] == ["b"]
+
+
+def test_without_a_forecast_the_cache_is_least_recently_used():
+    cache = PrefixCache(3)
+    for i, agent in enumerate(("a", "b", "c")):
+        cache.insert(finished(agent, 10.0 - i, 100 * i), 20)
+    assert [cache.pop_evictable().agent for _ in range(3)] == ["a", "b", "c"]
+
+
+def test_what_a_queued_request_would_take_its_prefix_from_goes_last_and_of_two_copies_the_older():
+    forecast = ReturnForecast()
+    gaps(forecast, "a", 0.1)
+    forecast.now = 100.0
+    cache = PrefixCache(2, forecast=forecast)
+    older = finished("a", 10.0, 0)
+    cache.insert(older, 20)
+    cache.insert(finished("b", 99.0, 500), 20)
+    # A queued turn continues a's conversation: a's entry stays though its agent is long overdue.
+    turn = Request(list(range(0, 20)) + [7, 7, 7], SamplingParams(max_tokens=1), agent="a")
+    cache.queued = lambda: [turn]
+    assert [e.agent for e in cache.insert(finished("c", 99.5, 900), 20)] == ["b"]
+    # The same tokens cached again (another agent's exact repeat): the older copy is the one to go.
+    assert [e.handle for e in cache.insert(finished("d", 99.9, 0), 20)] == [older]
