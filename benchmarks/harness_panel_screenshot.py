@@ -33,7 +33,10 @@ from swarm_panel.ui.toolkit.settings_store import SettingsStore  # noqa: E402
 
 
 async def capture(args: argparse.Namespace, folder: Path) -> int:
-    settings = Settings(port=0, engine=args.engine, default_max_tokens=args.max_output_tokens)
+    # Every agent's first turn at once: the context holds them all side by side (unified when it widens).
+    held = sum(KINDS[kind].context_tokens + args.max_output_tokens for kind in args.kinds)
+    settings = Settings(port=0, engine=args.engine, default_max_tokens=args.max_output_tokens,
+                        n_ctx=max(Settings.model_fields["n_ctx"].default, -(-held // 4096) * 4096))
     service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, SettingsStore(Path(folder).parent / f"{Path(folder).name}-panel.json"))
     window.resize(1760, 1000)
