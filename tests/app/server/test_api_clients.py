@@ -15,7 +15,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from swarm_panel.app.service.engine_service import SwarmService
 from tests.app.server.test_server_common import running, settings
@@ -155,6 +155,14 @@ def test_a_responses_chain_follows_previous_response_id_from_the_cache(client):
     assert client.responses.retrieve(second.id).output_text == second.output_text
 
 
+class Capital(BaseModel):
+    """An answer the SDK asks for as a JSON schema: the grammar ends it within max_tokens whatever the
+    model would write freely (the SDK raises on a reply cut at the limit, and where a small model's
+    free answer stops differs between CPUs)."""
+
+    city: str = Field(max_length=24)
+
+
 def test_the_agents_sdk_continues_a_conversation_by_previous_response_id(client, real):
     from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
 
@@ -163,13 +171,13 @@ def test_the_agents_sdk_continues_a_conversation_by_previous_response_id(client,
     async def main():
         async with openai.AsyncOpenAI(base_url=f"{real.url}/v1", api_key="x", max_retries=0) as aclient:
             agent = Agent(name="chat", instructions="Be brief.", model=OpenAIResponsesModel("smol", aclient),
-                          model_settings=ModelSettings(max_tokens=40, temperature=0))
+                          model_settings=ModelSettings(max_tokens=64, temperature=0), output_type=Capital)
             one = await Runner.run(agent, "What is the capital of France?")
             two = await Runner.run(agent, "And of Italy?", previous_response_id=one.last_response_id)
             return one, two
 
     one, two = asyncio.run(main())
-    assert isinstance(two.final_output, str) and two.final_output.strip()
+    assert isinstance(two.final_output, Capital) and len(two.final_output.city) <= 24
     stored = client.responses.retrieve(two.last_response_id)
     assert stored.previous_response_id == one.last_response_id
     assert [item.content[0].text for item in client.responses.input_items.list(two.last_response_id).data] == \
@@ -225,8 +233,8 @@ def test_openai_agents_sdk_with_both_models(real):
         async with openai.AsyncOpenAI(base_url=f"{real.url}/v1", api_key="x", max_retries=0) as aclient:
             out = []
             for model in (OpenAIResponsesModel("smol", aclient), OpenAIChatCompletionsModel("smol", aclient)):
-                agent = Agent(name="plain", instructions="Be brief.", model=model,
-                              model_settings=ModelSettings(max_tokens=200, temperature=0))
+                agent = Agent(name="plain", instructions="Be brief.", model=model, output_type=Capital,
+                              model_settings=ModelSettings(max_tokens=64, temperature=0))
                 answer = (await Runner.run(agent, "What is the capital of France?")).final_output
                 agent = Agent(name="tools", instructions="Use tools.", model=model, tools=[get_weather],
                               tool_use_behavior="stop_on_first_tool",
@@ -238,7 +246,7 @@ def test_openai_agents_sdk_with_both_models(real):
             return out
 
     for answer, tool_output in asyncio.run(main()):
-        assert isinstance(answer, str) and answer.strip()
+        assert isinstance(answer, Capital) and len(answer.city) <= 24
         assert tool_output.startswith("sunny in ")
 
 
