@@ -31,7 +31,10 @@ WORKLOADS: dict[str, dict] = {
     "hybrid-agents": {"model_kind": "qwen35", "agents": 8, "turns": 6, "lengths": (48,)},
     "past-lanes": {"agents": 24, "lanes": 8, "turns": 6, "lengths": (48,), "tool_seconds": (0.5, 5.0)},
     "harness-prefix": {"model_kind": "tiny", "harness_head": "claude-code", "agents": 4, "turns": 2,
-                       "lengths": (32,), "prompt_tokens": 48, "n_ctx": 4 * 24576},
+                       "lengths": (32,), "prompt_tokens": 48, "n_ctx": 4 * 24576,
+                       # llama-server caps a slot at the model's trained context (the tiny model's 2,048);
+                       # swarm-panel computes past it, as llama.cpp itself does: both hold the head.
+                       "peer_arg": ["--override-kv", "llama.context_length=int:32768"]},
     "guard-lengths": {"requests": 8},
     "guard-real-agents": {"real_agents": True, "seconds": 60.0},
 }
