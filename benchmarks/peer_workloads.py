@@ -19,11 +19,7 @@ Add `--busy-cores 1` for the same workload beside another process keeping a core
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
-
-import platformdirs
 
 CAPTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "harnesses"
 
@@ -44,26 +40,7 @@ def workload_model(kind: str) -> Path:
     """The random-weight model a workload names: "qwen35" (the demo shape, hybrid) or "tiny" (llama)."""
     from swarm_panel.runtime.models.demo import ensure_demo_model
 
-    return hybrid_demo_model() if kind == "qwen35" else ensure_demo_model(kind)
-
-
-def hybrid_demo_model() -> Path:
-    """The random-weight qwen35 the hybrid workload runs on, written once (atomically) beside the demo model."""
-    from swarm_panel.runtime.models.demo import write_demo_model
-
-    target = platformdirs.user_data_path("swarm-panel") / "demo-model-qwen35.gguf"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        write_demo_model(tmp, "demo", arch="qwen35")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return ensure_demo_model(arch="qwen35") if kind == "qwen35" else ensure_demo_model(kind)
 
 
 def harness_head(kind: str) -> str:

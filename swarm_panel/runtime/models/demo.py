@@ -189,21 +189,22 @@ def _add_llama_tensors(writer: gguf.GGUFWriter, shape: DemoShape, n_vocab: int, 
     return dim
 
 
-def default_demo_model_path(size: DemoSize = "demo") -> Path:
-    name = "demo-model.gguf" if size == "demo" else f"demo-model-{size}.gguf"
-    return platformdirs.user_data_path("swarm-panel") / name
+def default_demo_model_path(size: DemoSize = "demo", arch: DemoArch = "llama") -> Path:
+    name = "demo-model" + ("" if size == "demo" else f"-{size}") + ("" if arch == "llama" else f"-{arch}")
+    return platformdirs.user_data_path("swarm-panel") / f"{name}.gguf"
 
 
-def ensure_demo_model(size: DemoSize = "demo", path: str | os.PathLike[str] | None = None) -> Path:
+def ensure_demo_model(size: DemoSize = "demo", path: str | os.PathLike[str] | None = None,
+                      arch: DemoArch = "llama") -> Path:
     """Write the demo model once (atomically) and reuse it afterwards."""
-    target = Path(path) if path is not None else default_demo_model_path(size)
+    target = Path(path) if path is not None else default_demo_model_path(size, arch)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        write_demo_model(tmp_name, size)
+        write_demo_model(tmp_name, size, arch=arch)
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -55,18 +55,22 @@ def test_unknown_size_is_refused(tmp_path):
 def test_ensure_demo_model_writes_once_and_reuses(tmp_path, monkeypatch):
     calls = []
     real = demo_model.write_demo_model
-    monkeypatch.setattr(demo_model, "write_demo_model", lambda path, size: calls.append(size) or real(path, size))
+    monkeypatch.setattr(demo_model, "write_demo_model",
+                        lambda path, size, arch: calls.append((size, arch)) or real(path, size, arch=arch))
     target = tmp_path / "sub" / "model.gguf"
     assert ensure_demo_model("tiny", target) == target
     assert ensure_demo_model("tiny", target) == target
-    assert calls == ["tiny"]
+    assert calls == [("tiny", "llama")]
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
+    hybrid = ensure_demo_model("tiny", tmp_path / "hybrid.gguf", arch="qwen35")
+    assert calls[-1] == ("tiny", "qwen35") and hybrid.is_file()
 
 
 def test_default_path_is_in_the_user_data_folder():
     path = default_demo_model_path()
     assert path.name == "demo-model.gguf"
     assert path.parent.name == "swarm-panel"
+    assert default_demo_model_path("tiny", "qwen35").name == "demo-model-tiny-qwen35.gguf"
 
 
 def test_chat_template_renders_tool_calls_and_results():
