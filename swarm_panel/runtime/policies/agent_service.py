@@ -52,10 +52,13 @@ class AgentService:
         self._open[request.request_id] = agent
         self._open_per_agent[agent] += 1
 
-    def left(self, request: Request) -> None:
+    def left(self, request: Request) -> bool:
+        """A request left the scheduler; says whether its agent has none left there (it is idle now)."""
         agent = self._open.pop(request.request_id, None)
-        if agent is not None:
-            self._open_per_agent[agent] -= 1
+        if agent is None:
+            return False
+        self._open_per_agent[agent] -= 1
+        return not self._open_per_agent[agent]
 
     def record_step(self, rows, result: StepResult, weights: Mapping[str, float]) -> None:
         """Charges each row the step computed to its agent."""

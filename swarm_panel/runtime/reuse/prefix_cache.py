@@ -38,9 +38,9 @@ from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
 
 # Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
 MIN_MATCH_TOKENS = 8
-# Queued requests whose best matches eviction spares: the ones admitted soonest (a scan costs one
-# comparison per resident entry each).
-QUEUED_LOOKAHEAD = 32
+# Queued requests whose best matches eviction spares: the ones admitted soonest (each costs, on the
+# engine thread, one comparison per resident entry).
+QUEUED_LOOKAHEAD = 16
 
 
 def as_tokens(token_ids: list[int] | np.ndarray) -> np.ndarray:
@@ -202,8 +202,9 @@ class PrefixCache:
         """The entries (by id()) one of the first queued requests would take its longest prefix from: of
         several holding as much, the most recently used (the others hold nothing it needs)."""
         wanted: set[int] = set()
+        longest = max((entry.num_tokens for entry in entries), default=0)
         for request in itertools.islice(self.queued(), QUEUED_LOOKAHEAD):
-            tokens = as_tokens(request.token_ids)
+            tokens = as_tokens(request.token_ids[:longest])
             shared = [common_prefix_len(tokens, entry.tokens) for entry in entries]
             best = max(shared, default=0)
             if best >= MIN_MATCH_TOKENS:

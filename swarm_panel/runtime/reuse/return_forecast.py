@@ -5,7 +5,8 @@ build, a file read) and then sends its next turn, which reuses the conversation 
 agent's idle gaps so far (a reply's end to its next request) forecast its next one, so a cached
 conversation's agent is expected back at `finished + gap`. The sequence to evict is the one whose agent
 is expected furthest from now: one still busy with a long tool, or one long overdue (most likely done
-with its session). An agent with a request already in the scheduler is back now and is evicted last.
+with its session). An agent already back has a queued request, whose best match the prefix cache
+keeps anyway (runtime.reuse.prefix_cache).
 
 With no gaps seen yet every agent's gap is taken as 0, and the entry furthest from now is the one that
 finished longest ago: least recently used, as before. Only ages and gaps are kept, a few floats an agent.
@@ -26,42 +27,27 @@ class ReturnForecast:
         # The scheduler's time at its latest call, which eviction measures distances from.
         self.now = 0.0
         self._gap: dict[str, float] = {}
-        self._finished: dict[str, float] = {}
-        # Requests in the scheduler by id, and how many each agent has there.
-        self._requests: dict[int, str] = {}
-        self._open: dict[str, int] = {}
+        # When each agent with no request in the scheduler last had one.
+        self._idle_since: dict[str, float] = {}
 
-    def arrived(self, request_id: int, agent: str, now: float) -> None:
+    def arrived(self, agent: str, now: float) -> None:
         """A request of this agent entered the scheduler."""
         self.now = now
-        self._requests[request_id] = agent
-        self._open[agent] = self._open.get(agent, 0) + 1
-        finished = self._finished.pop(agent, None)
-        if finished is None:
+        since = self._idle_since.pop(agent, None)
+        if since is None:
             return
-        gap = max(now - finished, 0.0)
+        gap = max(now - since, 0.0)
         previous = self._gap.pop(agent, None)
         self._gap[agent] = gap if previous is None else previous + GAP_WEIGHT * (gap - previous)
         if len(self._gap) > MAX_AGENTS:
             del self._gap[next(iter(self._gap))]
 
-    def left(self, request_id: int, now: float) -> None:
-        """A request left the scheduler (finished, failed or aborted); one it never held changes nothing."""
+    def idle(self, agent: str, now: float) -> None:
+        """The agent's last request in the scheduler left it (runtime.policies.agent_service counts them)."""
         self.now = now
-        agent = self._requests.pop(request_id, None)
-        if agent is None:
-            return
-        left = self._open[agent] - 1
-        if left > 0:
-            self._open[agent] = left
-            return
-        self._open.pop(agent, None)
-        self._finished[agent] = now
-        if len(self._finished) > MAX_AGENTS:
-            del self._finished[next(iter(self._finished))]
-
-    def is_back(self, agent: str) -> bool:
-        return agent in self._open
+        self._idle_since[agent] = now
+        if len(self._idle_since) > MAX_AGENTS:
+            del self._idle_since[next(iter(self._idle_since))]
 
     def gap(self, agent: str) -> float:
         """The agent's forecast idle gap: its own, else the median of the others', else 0."""
@@ -70,10 +56,8 @@ class ReturnForecast:
             return own
         return statistics.median(self._gap.values()) if self._gap else 0.0
 
-    def distance(self, agent: str, finished: float | None, now: float) -> tuple[int, float]:
+    def distance(self, agent: str, finished: float | None, now: float) -> float:
         """How far from now the agent of a sequence that finished at `finished` is expected back; the
-        larger, the better to evict. An agent already back sorts below every other."""
-        if self.is_back(agent):
-            return 0, 0.0
+        larger, the better to evict."""
         expected = (finished if finished is not None else now) + self.gap(agent)
-        return 1, abs(expected - now)
+        return abs(expected - now)

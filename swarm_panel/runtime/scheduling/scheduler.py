@@ -141,7 +141,7 @@ class Scheduler:
         request.arrival_time = now
         request.status = RequestStatus.WAITING
         self.service.arrived(request)
-        self.forecast.arrived(request.request_id, request.agent, now)
+        self.forecast.arrived(request.agent, now)
         self.waiting.append(request)
 
     def abort(self, request_id: int, now: float, error: str | None = None) -> list[Delivery]:
@@ -432,8 +432,8 @@ class Scheduler:
         request.status = status
         request.error = error
         request.finished_time = now
-        self.service.left(request)
-        self.forecast.left(request.request_id, now)
+        if self.service.left(request):
+            self.forecast.idle(request.agent, now)
         self.stats.ended(request, now)
         tokens, text = ([new_token.token], new_token.text) if new_token else ([], "")
         self._outputs.append(

@@ -28,7 +28,7 @@ def _fake_openai(received: list[dict], first_token_delay: dict[str, float] | Non
 
     async def chat(request: Request) -> StreamingResponse:
         body = await request.json()
-        received.append(body)
+        received.append(body | {"_received_at": time.monotonic()})
         turn = sum(m["role"] == "assistant" for m in body["messages"])
 
         async def events():
@@ -106,9 +106,9 @@ def test_a_harness_system_prompt_is_sent_exactly_and_tools_run_between_turns():
     assert {body["messages"][0]["content"] for body in received} == {"HARNESS HEAD"}
     # Two tool runs of 0.2-0.4 s per agent, after turns 1 and 2 (none after the last).
     assert time.monotonic() - started >= 0.4
-    # Drawn per agent: the agents come back at different times, so their turns interleave.
-    order = [body["user"] for body in received]
-    assert order[:3] != order[3:6] or order[3:6] != order[6:9]
+    for agent in {body["user"] for body in received}:
+        at = [body["_received_at"] for body in received if body["user"] == agent]
+        assert len(at) == 3 and all(later - earlier >= 0.2 for earlier, later in zip(at, at[1:]))
 
 
 def test_a_tool_time_range_must_be_a_range():

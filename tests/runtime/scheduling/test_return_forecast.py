@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
 from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
@@ -15,39 +13,39 @@ def finished(agent: str, at: float, start: int = 0) -> Request:
     return request
 
 
-_ids = itertools.count(1000)
-
-
 def gaps(forecast: ReturnForecast, agent: str, *idle: float) -> None:
     """The agent's requests so far: each one's reply ended and it came back `idle` seconds later."""
     t = 0.0
     for gap in (*idle, None):
-        request_id = next(_ids)
-        forecast.arrived(request_id, agent, t)
+        forecast.arrived(agent, t)
         t += 1.0
-        forecast.left(request_id, t)
+        forecast.idle(agent, t)
         t += gap or 0.0
 
 
-def test_an_agents_gap_follows_its_idle_times_and_an_agent_with_a_request_in_is_back():
+def test_an_agents_gap_follows_its_idle_times():
     forecast = ReturnForecast()
     gaps(forecast, "a", 4.0)
     assert forecast.gap("a") == 4.0
     gaps(forecast, "b", 2.0, 6.0)
     assert forecast.gap("b") == 4.0  # halfway from 2 to 6
     assert forecast.gap("new") == 4.0  # the others' median
-    assert not forecast.is_back("a")
-    forecast.arrived(1, "a", 100.0)
+    forecast.arrived("a", 100.0)
     assert forecast.gap("a") == 49.0  # idle 94 s since its last reply: halfway from 4
-    forecast.arrived(2, "a", 100.0)
-    forecast.left(1, 101.0)
-    assert forecast.is_back("a")
-    forecast.left(99, 101.0)  # a request it never held changes nothing
-    assert forecast.is_back("a")
-    forecast.left(2, 102.0)
-    assert not forecast.is_back("a")
-    forecast.arrived(3, "a", 110.0)
+    forecast.idle("a", 102.0)
+    forecast.arrived("a", 110.0)
     assert forecast.gap("a") == 28.5  # idle 8 s this time: halfway from 49
+
+
+def test_an_agent_is_idle_only_when_its_last_request_leaves():
+    from swarm_panel.runtime.policies.agent_service import AgentService
+
+    service = AgentService()
+    one, two = (Request([1, 2, 3], SamplingParams(max_tokens=1), agent="a") for _ in range(2))
+    service.arrived(one)
+    service.arrived(two)
+    assert service.left(one) is False and service.left(two) is True
+    assert service.left(two) is False  # a request it no longer holds
 
 
 def test_the_entry_evicted_is_the_one_whose_agent_is_back_furthest_from_now():
@@ -60,9 +58,10 @@ def test_the_entry_evicted_is_the_one_whose_agent_is_back_furthest_from_now():
     cache.insert(finished("quick", 100.0, 0), 20)
     cache.insert(finished("long-tool", 101.0, 100), 20)
     cache.insert(finished("waiting", 102.0, 200), 20)
-    forecast.arrived(7, "waiting", 103.0)  # its next turn is in the queue
+    # "waiting"'s next turn is in the queue: its conversation goes last.
+    cache.queued = lambda: [Request(list(range(200, 220)) + [5], SamplingParams(max_tokens=1), agent="waiting")]
     forecast.now = 105.0
-    # quick: expected at 100.5, 4.5 s ago; long-tool: expected at 131, 26 s away; waiting: back now.
+    # quick: expected at 100.5, 4.5 s ago; long-tool: expected at 131, 26 s away.
     assert [cache.pop_evictable().agent for _ in range(3)] == ["long-tool", "quick", "waiting"]
 
 
