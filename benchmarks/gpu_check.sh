@@ -3,6 +3,7 @@
 #
 #     benchmarks/gpu_check.sh --prepare [--from SDIST_DIR]   # here, with PyPI: make the kit to carry
 #     benchmarks/gpu_check.sh --dry-run                      # the plan, and every file and flag it uses
+#     benchmarks/gpu_check.sh --stub-mmq GGML_CUDA_DIR       # what --prepare does to the MMQ instances
 #     benchmarks/gpu_check.sh                                # on the GPU machine (log in $OUT/gpu_check.log)
 #
 # The kit (benchmarks/.peer/gpu, ignored by git; under 40 MB) holds a trimmed copy of the llama-cpp-python
@@ -19,10 +20,10 @@
 #   (b) naive, shrinking and continuous batching on the seed's workload (8 agents, the article's lengths);
 #   (c) swarm-panel serve against llama-server over HTTP (benchmarks/peer_servers.py): fixed lengths,
 #       then real multi-turn agents.
-# A phase that fails is reported and the next one runs. The CUDA build alone may outlast one call (about
-# 8,400 core-seconds here with FlashAttention off): the build and the model writer run in sessions of their
-# own, so when the budget runs out it exits 5 and the same command, given again at once on the still-warm
-# machine, picks up where it stopped. Without nvidia-smi or nvcc it stops at once with exit status 3,
+# A phase that fails is reported and the next one runs. On the H200 (2026-12-04) the CUDA build took 151 s
+# with FlashAttention off and 5 of 22 MMQ kernels compiled, and the model 263 s: the build and the model
+# writer run in sessions of their own, so when the budget runs out it exits 5 and the same command, given
+# again at once on the still-warm machine, picks up where it stopped. Without nvidia-smi or nvcc it stops at once with exit status 3,
 # before building anything.
 #
 # Settings (environment): GPU_CHECK_BUDGET (seconds for this call, default 570), GPU_CHECK_FA (off: ggml's
@@ -47,6 +48,10 @@ CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-90-real}
 FA=${GPU_CHECK_FA:-off}
 # 1: a rehearsal on a machine without a GPU: the same phases on a CPU build (checks the script, not a GPU).
 REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
+# The quantized types whose MMQ kernels the kit compiles: the 9B-shaped Q4_K_M's (q4_k, q6_k) and the common
+# small ones. The other 17 instance files become stubs that abort if called: each real one is ~225 core-seconds
+# of nvcc, about half of what is left of ggml-cuda's compile with FlashAttention off. "all" keeps every one.
+MMQ_KEEP=${GPU_CHECK_MMQ_TYPES:-q4_0 q4_1 q8_0 q4_k q6_k}
 KIT_LIMIT_MB=40
 # The kit's wheels: swarm-panel's headless dependencies (serve, bench, demo-model, peer_servers.py) and
 # llama-cpp-python's, resolved for the GPU machine's Python; numpy is left out (the machine has it).
@@ -56,11 +61,13 @@ KIT_REQUIREMENTS=(fastapi uvicorn pydantic pydantic-settings platformdirs gguf d
 
 mode=run
 from=""
+stub_dir=""
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) mode=dry-run; shift ;;
         --prepare) mode=prepare; shift ;;
+        --stub-mmq) [ $# -ge 2 ] || { usage >&2; exit 2; }; mode=stub-mmq; stub_dir="$2"; shift 2 ;;
         --from) [ $# -ge 2 ] || { usage >&2; exit 2; }; from="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "gpu_check: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -264,6 +271,40 @@ EOF
 # ---------------------------------------------------------------------------------------------------------
 # --prepare: here, with PyPI.
 
+stub_mmq_instances() {  # GGML_CUDA_DIR: each MMQ instance not in MMQ_KEEP becomes a stub that aborts
+    local dir=$1 file type kept=0 stubbed=0
+    [ "$MMQ_KEEP" = all ] && return 0
+    # The stub declares mul_mat_q_case itself (including mmq.cuh would instantiate nothing, but costs its
+    # parse): it must match mmq.cuh's template exactly, or the library would miss the symbols at load time.
+    if ! grep -q '^template <ggml_type type, ggml_prec prec_src1 = GGML_PREC_Q8>$' "$dir/mmq.cuh"; then
+        say "gpu_check: mmq.cuh's mul_mat_q_case is not the one the stubs declare; every MMQ kernel is compiled"
+        return 0
+    fi
+    for file in "$dir"/template-instances/mmq-instance-*.cu; do
+        type=$(basename "$file" .cu)
+        type=${type#mmq-instance-}
+        if [[ " $MMQ_KEEP " == *" $type "* ]]; then kept=$((kept + 1)); continue; fi
+        {
+            echo "// A stub written by swarm-panel's benchmarks/gpu_check.sh --prepare: the model it times has no $type"
+            echo "// tensor, and the real instance is ~225 core-seconds of nvcc. Called anyway, it aborts."
+            echo '#include "../common.cuh"'
+            echo ''
+            echo 'struct mmq_args;'
+            echo 'template <ggml_type type, ggml_prec prec_src1 = GGML_PREC_Q8>'
+            echo 'void mul_mat_q_case(ggml_backend_cuda_context & ctx, const mmq_args & args, cudaStream_t stream);'
+            sed -n -E -e 's/^DECL_MMQ_CASE\((GGML_TYPE_[A-Z0-9_]+)\);$/\1/p' \
+                -e 's/^DECL_MMQ_CASE_W4A4\((GGML_TYPE_[A-Z0-9_]+)\);$/\1, GGML_PREC_Q4/p' "$file" | while read -r decl; do
+                echo ''
+                echo "template <> void mul_mat_q_case<$decl>(ggml_backend_cuda_context &, const mmq_args &, cudaStream_t) {"
+                echo "    GGML_ABORT(\"no MMQ kernel for $type in this build (benchmarks/gpu_check.sh)\");"
+                echo '}'
+            done
+        } >"$file.stub" && mv "$file.stub" "$file"
+        stubbed=$((stubbed + 1))
+    done
+    say "MMQ kernels: $kept compiled ($MMQ_KEEP), $stubbed stubbed"
+}
+
 prepare() {
     local py
     py=$(command -v python)
@@ -273,6 +314,7 @@ prepare() {
     local trim=(bash "$here/trim_llama_source.sh" "$SRC")
     [ -n "$from" ] && trim+=(--from "$from")
     "${trim[@]}" || return 1
+    stub_mmq_instances "$SRC/vendor/llama.cpp/ggml/src/ggml-cuda" || return 1
     local constraints
     constraints=$(mktemp)
     # The versions this checkout is tested with; pip resolves what they need for the GPU machine's Python.
@@ -599,6 +641,12 @@ run() {
         LD_LIBRARY_PATH="$(IFS=:; echo "${CUDA_LIBDIRS[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         export LD_LIBRARY_PATH
     fi
+    # nvcc links ggml-cuda with a static libstdc++ whose symbols it exports. llama_cpp loads the libraries
+    # globally, so libllama's iostream calls bound to that copy, whose locale nothing set up, and
+    # llama_model::print_info segfaulted on the H200 (2026-12-04). Loaded first, the shared libstdc++ wins.
+    local stdcxx
+    stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+    [ -n "$stdcxx" ] && export LD_PRELOAD="$stdcxx${LD_PRELOAD:+:$LD_PRELOAD}"
     cd "$repo" || return 1
 
     # The libraries first (ggml-cuda is the long pole); once llama_cpp loads, the model is written (llama.cpp's
@@ -667,6 +715,7 @@ run() {
 
 case $mode in
     prepare) prepare; exit $? ;;
+    stub-mmq) stub_mmq_instances "$stub_dir"; exit $? ;;
     dry-run) dry_run; exit $? ;;
 esac
 if [ -n "${OUT:-}" ]; then

@@ -134,8 +134,9 @@ def selected(names, only: list[str] | None) -> list[str]:
 def swarm_config(args: argparse.Namespace, url: str, eog: tuple[int, ...]) -> SwarmConfig:
     """The load for one round. With --turns every agent's conversation runs to its end, so each
     server is timed over the same turns; a window would count only the turns a slower server reaches,
-    which leaves its later, longer-context turns out of its latency figures."""
-    seconds = None if args.turns or args.requests else args.seconds
+    which leaves its later, longer-context turns out of its latency figures. --round-limit still cuts such a
+    round, for a server that may stall: its tok/s then counts what it served in that time."""
+    seconds = args.round_limit if args.turns or args.requests else args.seconds
     if args.real_agents:
         return SwarmConfig(url=url, agents=args.agents, seconds=seconds, real_agents=True, turns=args.turns,
                            reply_tokens=args.reply_tokens)
@@ -259,6 +260,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=None,
                         help="single-turn requests per agent, all run to their end (not --seconds); "
                              "8 gives every agent each of the 8 lengths once")
+    parser.add_argument("--round-limit", type=float, default=None, metavar="SECONDS",
+                        help="with --turns or --requests: cut a round at this many seconds (a server that stalls); "
+                             "its tok/s then counts what it served by then, and its request count shows how far "
+                             "it got")
     parser.add_argument("--system-tokens", type=int, default=0, help="shared system prompt, about this many tokens")
     parser.add_argument("--tool-tokens", type=int, default=64, help="tool result appended each turn")
     parser.add_argument("--tool-seconds", type=range_of, default=(0.0, 0.0), metavar="LOW,HIGH",
@@ -349,6 +354,8 @@ def main() -> int:
         shape += f", sub-agents sharing {args.harness_head}'s head"
     if args.tool_seconds[1]:
         shape += f", tools {args.tool_seconds[0]:g}-{args.tool_seconds[1]:g} s"
+    if args.round_limit and (args.turns or args.requests):
+        shape += f", each round cut at {args.round_limit:g} s"
     beside = f", beside {args.busy_cores} busy core(s)" if args.busy_cores else ""
     lanes = f" on {args.lanes} lanes" if args.lanes != args.agents else ""
     print(f"\n{args.agents} agents{lanes}, {shape} x {args.rounds} rounds, model {model.name}{beside}")
@@ -363,6 +370,9 @@ def main() -> int:
         print(f"{name:<{width}} median {tok_s:7.1f} tok/s  turn p50 {p50:5.1f} s  p95 {p95:5.1f} s"
               f"  TTFT p50 {1e3 * ttft50:6.0f} ms  p95 {1e3 * ttft95:6.0f} ms  cached {cached:4.0%}"
               f"{follow_ups(runs[-1])}{ratio}")
+        each = ", ".join(f"{r['tok_s']:.1f}" for r in runs)
+        served = ", ".join(str(r["requests"]) for r in runs)
+        print(f"{'':<{width}} rounds {each} tok/s, {served} requests")
         if args.long_prompt_tokens:
             ttft = statistics.median(r["short_prompts"]["ttft_p95"] or 0 for r in runs)
             turn = statistics.median(r["short_prompts"]["latency_p95"] or 0 for r in runs)

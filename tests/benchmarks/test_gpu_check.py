@@ -123,3 +123,40 @@ def test_the_trim_refuses_a_folder_that_is_no_sdist_or_an_output_that_is_not_emp
     (busy / "file").write_text("x")
     done = _run(str(TRIM), str(busy), "--from", str(sdist), timeout=30)
     assert done.returncode == 2 and "not empty" in done.stderr
+
+
+def _fake_ggml_cuda(root: Path, template: str) -> Path:
+    cuda = root / "ggml-cuda"
+    (cuda / "template-instances").mkdir(parents=True)
+    (cuda / "mmq.cuh").write_text(f"{template}\nvoid mul_mat_q_case(ggml_backend_cuda_context & ctx);\n")
+    head = '#include "../mmq.cuh"\n\n'
+    (cuda / "template-instances" / "mmq-instance-q4_k.cu").write_text(head + "DECL_MMQ_CASE(GGML_TYPE_Q4_K);\n")
+    (cuda / "template-instances" / "mmq-instance-iq2_s.cu").write_text(head + "DECL_MMQ_CASE(GGML_TYPE_IQ2_S);\n")
+    (cuda / "template-instances" / "mmq-instance-mxfp4.cu").write_text(
+        head + "DECL_MMQ_CASE(GGML_TYPE_MXFP4);\n\nDECL_MMQ_CASE_W4A4(GGML_TYPE_MXFP4);\n")
+    return cuda
+
+
+def test_the_kit_compiles_only_the_mmq_kernels_the_timed_models_use(tmp_path):
+    cuda = _fake_ggml_cuda(tmp_path, "template <ggml_type type, ggml_prec prec_src1 = GGML_PREC_Q8>")
+    kept = (cuda / "template-instances" / "mmq-instance-q4_k.cu").read_text()
+    done = _run(str(CHECK), "--stub-mmq", str(cuda))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 compiled" in done.stdout and "2 stubbed" in done.stdout
+    assert (cuda / "template-instances" / "mmq-instance-q4_k.cu").read_text() == kept
+    # A stub defines each symbol its instance did (both precisions for mxfp4), and aborts if it is called.
+    mxfp4 = (cuda / "template-instances" / "mmq-instance-mxfp4.cu").read_text()
+    assert "template <> void mul_mat_q_case<GGML_TYPE_MXFP4>(" in mxfp4
+    assert "template <> void mul_mat_q_case<GGML_TYPE_MXFP4, GGML_PREC_Q4>(" in mxfp4
+    assert mxfp4.count("GGML_ABORT(") == 2 and "mmq.cuh" not in mxfp4
+    iq2_s = (cuda / "template-instances" / "mmq-instance-iq2_s.cu").read_text()
+    assert "template <> void mul_mat_q_case<GGML_TYPE_IQ2_S>(" in iq2_s
+
+
+def test_the_mmq_stubs_are_not_written_against_a_template_they_do_not_match(tmp_path):
+    cuda = _fake_ggml_cuda(tmp_path, "template <ggml_type type, bool fast = false>")
+    before = {p.name: p.read_text() for p in (cuda / "template-instances").iterdir()}
+    done = _run(str(CHECK), "--stub-mmq", str(cuda))
+    assert done.returncode == 0
+    assert "every MMQ kernel is compiled" in done.stdout
+    assert {p.name: p.read_text() for p in (cuda / "template-instances").iterdir()} == before

@@ -13,7 +13,8 @@ from benchmarks.peer_workloads import harness_head
 def _args(**given) -> argparse.Namespace:
     defaults = {"agents": 8, "seconds": 60.0, "turns": None, "real_agents": False, "reply_tokens": 256,
                 "system_tokens": 0, "tool_tokens": 64, "lengths": SCALED_LENGTHS, "prompt_tokens": 32,
-                "requests": None, "long_prompt_tokens": 0, "head": None, "tool_seconds": (0.0, 0.0)}
+                "requests": None, "long_prompt_tokens": 0, "head": None, "tool_seconds": (0.0, 0.0),
+                "round_limit": None}
     return argparse.Namespace(**(defaults | given))
 
 
@@ -37,6 +38,14 @@ def test_conversations_with_a_system_prompt_run_to_their_end():
     config = swarm_config(_args(turns=6, system_tokens=300, tool_tokens=20), "http://127.0.0.1:1", ())
     assert config.seconds is None and config.requests_per_agent == 6
     assert config.system_tokens == 300 and config.tool_tokens == 20
+
+
+def test_a_round_limit_cuts_conversations_that_otherwise_run_to_their_end():
+    config = swarm_config(_args(turns=6, round_limit=240.0), "http://127.0.0.1:1", ())
+    assert config.seconds == 240.0 and config.requests_per_agent == 6
+    config = swarm_config(_args(requests=8, round_limit=90.0), "http://127.0.0.1:1", ())
+    assert config.seconds == 90.0 and config.requests_per_agent == 8
+    assert parse_args(["--only", "swarm-panel", "--workload", "hybrid-agents", "--round-limit", "240"]).round_limit == 240
 
 
 def test_fixed_lengths_with_requests_run_each_agents_requests_to_their_end():
