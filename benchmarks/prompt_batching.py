@@ -14,12 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from swarm_panel.runtime.models.demo import ensure_demo_model
+
+try:
+    from benchmarks.peer_servers import wait_healthy
+except ModuleNotFoundError:  # run as `python benchmarks/prompt_batching.py`: this folder is on the path
+    from peer_servers import wait_healthy
 
 
 def prompt_rate(timings: list[dict]) -> float:
@@ -45,14 +49,8 @@ def measure(server: Path, model: Path, count: int, words: int, port: int) -> lis
     proc = subprocess.Popen([str(server), "-m", str(model), "-np", "8", "-c", "32768", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        wait_healthy(url, proc)
+        # The first round warms the server; the second is measured.
         asyncio.run(_send(url, count, words))
         return asyncio.run(_send(url, count, words))
     finally:
