@@ -312,14 +312,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> int:
-    args = parse_args()
+def prepare(args: argparse.Namespace) -> tuple[Path, tuple[int, ...]]:
+    """The model the servers get and its end-of-generation tokens; sets args.head for a harness head."""
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     model = args.model or (resolve_model(None)[0] if args.real_agents else
                            workload_model(args.model_kind) if args.model_kind else ensure_demo_model())
-    eog = eog_tokens(model)
     if args.harness_head:
         args.head = cut_to_tokens(harness_head(args.harness_head), model, args.head_tokens)
+    return model, eog_tokens(model)
+
+
+def main() -> int:
+    args = parse_args()
+    model, eog = prepare(args)
     results: dict[str, list[dict]] = {}
     names = selected(server_commands(args, model, 0), args.only)
     width = max([17, *map(len, names)])

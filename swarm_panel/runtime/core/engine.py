@@ -34,6 +34,8 @@ class Row:
     sample: bool
     # Keep a checkpoint of the sequence's recurrent state after this row (engines with `checkpoints`).
     checkpoint: bool = False
+    # Keep one of the state before this row, at `start` (a boundary just past it made no cut of its own).
+    checkpoint_start: bool = False
     # Keep the sequence's whole state after this row as a stored prefix (engines with `prefix_store`).
     store_prefix: bool = False
 

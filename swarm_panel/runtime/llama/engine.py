@@ -909,6 +909,9 @@ class LlamaEngine:
         return [(end - 1, row) for end, row in zip(ends, rows) if row.sample and row.kind is not RowKind.PADDING]
 
     def _decode(self, admitted: list[tuple[int, Row]]) -> None:
+        for seq_id, row in admitted:
+            if row.checkpoint_start:
+                self._memory.snapshot(seq_id, row.request.token_ids[:row.start])
         take_recent_problems()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code == 0:

@@ -92,10 +92,11 @@ class ModeledEngine:
                 rows += 1
             if row.sample and row.kind is not RowKind.PADDING:
                 samples[row.request.request_id] = _placeholder(row.request.request_id, end)
-            if row.checkpoint and self.checkpoints is not None:
-                state = self.profile.recurrent_state_bytes
-                self.checkpoints.put(np.asarray(row.request.token_ids[:end], dtype=np.int64), None, state)
-                duration_ms_extra += state / (CHECKPOINT_COPY_GBS * 1e9) * 1e3
+            if self.checkpoints is not None:
+                for at in [at for at, kept in ((row.start, row.checkpoint_start), (end, row.checkpoint)) if kept]:
+                    state = self.profile.recurrent_state_bytes
+                    self.checkpoints.put(np.asarray(row.request.token_ids[:at], dtype=np.int64), None, state)
+                    duration_ms_extra += state / (CHECKPOINT_COPY_GBS * 1e9) * 1e3
         # Only computed tokens cost prefill time: a reused prefix is in rows' start, not their tokens.
         duration = (self.profile.step_ms(rows, prefill_tokens, context) + duration_ms_extra) / 1e3
         duration += PREFIX_OP_MS * sum(op.kind is not PrefixOpKind.CACHE for op in plan.prefix_ops) / 1e3

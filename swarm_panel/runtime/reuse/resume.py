@@ -16,7 +16,16 @@ can hand on a prefix of n tokens only when n == held, or when a checkpoint of th
 A prompt chunk ends at the next such boundary and the engine snapshots the state after it; the last
 prompt token then rides the next step beside the decode rows. That costs a request one step of
 latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
-its end.
+its end. A cut costs more than the step, too: llama.cpp splits a hybrid's step into micro-batches
+whose sequences all take the same number of tokens, so every short piece is one more pass over the
+weights (about 14 ms on two cores for the ~140M demo hybrid, the cost of ~6 prompt tokens). So
+boundaries closer than NEAR_TOKENS make no cut of their own, at the price of at most that many tokens
+recomputed by a request that resumes there:
+- the end of the prompt but its last token, when a turn ends at most NEAR_TOKENS before it (the
+  generation prompt after the last message: Qwen3.5's is 11 tokens), is left to that turn's end;
+- a boundary at most NEAR_TOKENS past a chunk's start (the end of the reply a follow-up turn resumes
+  after) moves back to the start, where the state is at hand before the step: the engine snapshots it
+  then (Row.checkpoint_start), before computing on.
 The shared head's end (`head_ends`) is also where the engine keeps a stored prefix
 (runtime.core.prefix_store), on any model, where the head is long.
 """
@@ -30,6 +39,7 @@ from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, as_tokens
 
 MIN_CHECKPOINT_TOKENS = 64
+NEAR_TOKENS = 16
 
 
 def turn_end_array(turn_end_tokens: frozenset[int]) -> np.ndarray:
@@ -63,16 +73,27 @@ class Resumption:
         if len(self._turn_ends):
             ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), self._turn_ends)) + 1
             marked.update(int(end) for end in ends if MIN_MATCH_TOKENS <= end < prompt)
-        if prompt - 1 >= MIN_CHECKPOINT_TOKENS:
-            marked.add(prompt - 1)
+        last = prompt - 1
+        if last >= MIN_CHECKPOINT_TOKENS and not any(last - NEAR_TOKENS <= b < last for b in marked):
+            marked.add(last)
         return sorted(marked)
 
-    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool]:
-        """Where a prompt chunk over [start, end) should end, and whether a checkpoint follows it."""
+    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool, bool]:
+        """Where a prompt chunk over [start, end) should end, whether a checkpoint follows it, and whether
+        one is taken at its start instead of a boundary just past it."""
         tokens = None
+        at_start = False
+        heads = None
         for boundary in self.boundaries(request):
             if start < boundary <= end:
                 tokens = as_tokens(request.token_ids) if tokens is None else tokens
-                if not self.checkpoints.has(tokens[:boundary]):
-                    return boundary, True
-        return end, False
+                if self.checkpoints.has(tokens[:boundary]):
+                    continue
+                if boundary - start <= NEAR_TOKENS and start >= MIN_MATCH_TOKENS:
+                    # Other agents resume exactly at a shared head's end: that cut stays.
+                    heads = head_ends(request, self._turn_ends) if heads is None else heads
+                    if boundary not in heads:
+                        at_start = at_start or not self.checkpoints.has(tokens[:start])
+                        continue
+                return boundary, True, at_start
+        return end, False, at_start

@@ -35,3 +35,28 @@ def tokens_within(start: int, cells: int, prefill_chunk: int) -> int:
 
 def cells_of(start: int, tokens: int, prefill_chunk: int) -> int:
     return tokens * max(start + tokens, 2 * prefill_chunk)
+
+
+# A prompt piece shorter than prefill_chunk // PIECE_SHARE is not worth a cut of its own (see piece_tokens).
+PIECE_SHARE = 8
+
+
+def piece_tokens(natural: int, available: int, prefill_chunk: int, whole_budget: int | None = None) -> int:
+    """How many of the `natural` tokens a prompt has before its next cut (its end, or a checkpoint
+    boundary) a step with `available` tokens of budget left takes: all of them when that overshoots
+    the budget by at most prefill_chunk // PIECE_SHARE (the slack); none when fewer than the slack
+    would fit, or when a later step's `whole_budget` (what a prompt first in line gets; None for a
+    prompt that must not wait, the oldest) would take them whole; else `available`.
+
+    llama.cpp runs a step as micro-batches in which every sequence takes the same number of tokens
+    (always for hybrid and recurrent memory, and for attention with a KV stream per sequence), so
+    every piece of a different length is one more pass over the weights: about 14 ms on two cores
+    for the ~140M demo hybrid, the cost of ~6 prompt tokens, and on a card a larger share of a
+    step. A budget's leftover, or a remainder of a few left for the next step, bought such a pass and
+    a step of the prompt's latency for no progress: the prompt finished in the same step anyway."""
+    slack = max(1, prefill_chunk // PIECE_SHARE)
+    if natural <= available + slack:
+        return natural
+    if whole_budget is not None and available < whole_budget and natural <= whole_budget + slack:
+        return 0
+    return available if available >= slack else 0

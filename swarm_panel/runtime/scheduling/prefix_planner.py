@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, PrefixOp, PrefixOpKind
@@ -56,6 +57,16 @@ log = logging.getLogger(__name__)
 # plan comes from host RAM).
 _OP_ORDER = {PrefixOpKind.CACHE: 0, PrefixOpKind.PARK: 1, PrefixOpKind.ADOPT: 2, PrefixOpKind.COPY: 2,
              PrefixOpKind.RESTORE: 2}
+
+
+@dataclass(frozen=True)
+class ChunkCut:
+    """Where a prompt chunk ends and what the engine keeps around it (the Row's flags of the same names)."""
+
+    end: int
+    checkpoint: bool = False
+    checkpoint_start: bool = False
+    store_prefix: bool = False
 
 
 class PrefixPlanner:
@@ -307,19 +318,18 @@ class PrefixPlanner:
         request.num_computed_tokens = request.num_cached_tokens = 0
         return reused
 
-    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool, bool]:
-        """Where a prompt chunk over [start, end) ends, whether a checkpoint follows it, and whether the
-        engine stores the prefix it ends (a long shared head)."""
+    def chunk_end(self, request: Request, start: int, end: int) -> ChunkCut:
+        """Where a prompt chunk over [start, end) ends, and the checkpoints and stored prefix it leaves."""
         if not self.reuse_enabled:
-            return end, False, False
-        checkpoint = False
+            return ChunkCut(end)
+        checkpoint = at_start = False
         if self.resumption is not None:
-            end, checkpoint = self.resumption.chunk_end(request, start, end)
+            end, checkpoint, at_start = self.resumption.chunk_end(request, start, end)
         head = self.stored.store_at(request, start, end) if self.stored is not None else None
         if head is None:
-            return end, checkpoint, False
+            return ChunkCut(end, checkpoint, at_start)
         # A hybrid's checkpoint at a later boundary waits for the next chunk.
-        return head, checkpoint and head == end, True
+        return ChunkCut(head, checkpoint and head == end, at_start, store_prefix=True)
 
     def _resume_fn(self, tokens):
         """resume(n, held) for PrefixCache.longest_match: None where any prefix can be reused."""

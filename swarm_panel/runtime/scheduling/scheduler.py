@@ -44,7 +44,7 @@ from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import Lane, LaneTable
 from swarm_panel.runtime.scheduling.limits import RequestRejected, check_fits, checked_config, unfit_after_change
 from swarm_panel.runtime.scheduling.preemption import pick_victim
-from swarm_panel.runtime.scheduling.prefill_budget import cells_of, reference_cells, tokens_within
+from swarm_panel.runtime.scheduling.prefill_budget import cells_of, piece_tokens, reference_cells, tokens_within
 from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
 from swarm_panel.runtime.scheduling.stats_builder import StatsBuilder, StepTally
 
@@ -288,6 +288,7 @@ class Scheduler:
         # However the policy orders prompts, the oldest keeps a share of every step, so a stream of
         # newer prompts that the order puts first cannot starve it.
         held = budget // OLDEST_PROMPT_SHARE if prefilling and prefilling[0] is not by_age[0] else 0
+        whole_budget = budget
         computing: list[Request] = []
         for lane in prefilling:
             oldest = lane is by_age[0]
@@ -310,15 +311,22 @@ class Scheduler:
                     self.stats.prefix_looked_up(request.agent, queried, self.prefix.reuse(lane, self.lanes, planned))
                 self.prefix.make_sequence_room(self.lanes)
             start = request.num_computed_tokens
-            want = min(request.num_tokens - start, available)
+            natural = self.prefix.chunk_end(request, start, request.num_tokens).end - start
+            want = min(piece_tokens(natural, available, chunk, None if oldest else whole_budget),
+                       self.caps.max_step_tokens - planned)
+            if held:
+                want = min(want, available)  # no overshoot into the oldest prompt's share
+            if want <= 0:
+                continue
             # A prompt that one chunk finishes goes whole: only a long one, deep in, gives way.
             if room is not None and request.num_tokens - start > chunk:
                 want = min(want, tokens_within(start, room, chunk))
             self.prefix.make_room(planned + want)
-            end, checkpoint, store = self.prefix.chunk_end(request, start,
-                                                           start + min(want, self.kv.free_tokens - planned))
+            cut = self.prefix.chunk_end(request, start, start + min(want, self.kv.free_tokens - planned))
+            end = cut.end
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
-                            checkpoint=checkpoint, store_prefix=store))
+                            checkpoint=cut.checkpoint, checkpoint_start=cut.checkpoint_start,
+                            store_prefix=cut.store_prefix))
             n = end - start
             budget -= n
             if cells is not None:

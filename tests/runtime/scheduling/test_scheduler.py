@@ -7,6 +7,7 @@ from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import RequestStatus
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_PREFILL
 from swarm_panel.runtime.scheduling.limits import checked_config
+from swarm_panel.runtime.scheduling.prefill_budget import PIECE_SHARE, piece_tokens
 from swarm_panel.runtime.scheduling.scheduler import RequestRejected
 from tests.helpers import Harness
 
@@ -99,6 +100,50 @@ def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
     assert long_prompt.num_computed_tokens == 170
     h.run()
     assert long_prompt.num_output_tokens == 5 and short.num_output_tokens == 5
+
+
+def test_a_step_spends_no_cut_on_a_few_leftover_tokens_and_leaves_no_few_for_the_next():
+    """Every piece of a step is one more micro-batch pass in llama.cpp (runtime.scheduling.prefill_budget)."""
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=64, prefix_cache=False)
+    slack = 64 // PIECE_SHARE
+    first, later = h.add(1, prompt=60), h.add(1, prompt=100)
+    h.step()
+    # 4 tokens of budget left: fewer than the slack, so the later prompt waits for a step of its own.
+    assert (first.num_computed_tokens, later.num_computed_tokens) == (60, 0)
+    h.step()
+    assert later.num_computed_tokens == 64
+    h.run()
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=64, prefix_cache=False)
+    first, short, whole = h.add(1, prompt=60), h.add(1, prompt=10), h.add(1, prompt=64 + slack)
+    stats = h.step()
+    # The short prompt overshoots the budget by 6 rather than leave 6 of its tokens for another step.
+    assert (first.num_computed_tokens, short.num_computed_tokens, whole.num_computed_tokens) == (60, 10, 0)
+    assert stats.prefill_tokens == 70
+    h.step()
+    assert whole.num_computed_tokens == 64 + slack  # a remainder of `slack` goes along
+    h.run()
+    h = Harness(policy="continuous", num_lanes=4, prefill_chunk=64, prefix_cache=False)
+    first, second, long_prompt = h.add(1, prompt=40), h.add(1, prompt=40), h.add(1, prompt=200)
+    h.step()
+    # 24 tokens left would split the second prompt for no gain: the next step, where it is first, takes
+    # it whole. The long prompt needs cuts anyway: it takes what is left.
+    assert [r.num_computed_tokens for r in (first, second, long_prompt)] == [40, 0, 24]
+    h.step()
+    assert [r.num_computed_tokens for r in (second, long_prompt)] == [40, 48]
+    h.run()
+
+
+def test_a_piece_goes_whole_within_the_slack_and_waits_below_it():
+    assert piece_tokens(natural=100, available=256, prefill_chunk=256) == 100
+    assert piece_tokens(natural=288, available=256, prefill_chunk=256) == 288
+    assert piece_tokens(natural=289, available=256, prefill_chunk=256) == 256
+    assert piece_tokens(natural=289, available=31, prefill_chunk=256) == 0
+    assert piece_tokens(natural=289, available=32, prefill_chunk=256) == 32
+    assert piece_tokens(natural=3, available=1, prefill_chunk=1) == 1  # a chunk of 1 still moves
+    # Another prompt took part of the step: one that a later step takes whole waits for it.
+    assert piece_tokens(natural=200, available=100, prefill_chunk=256, whole_budget=256) == 0
+    assert piece_tokens(natural=289, available=100, prefill_chunk=256, whole_budget=256) == 100
+    assert piece_tokens(natural=200, available=256, prefill_chunk=256, whole_budget=256) == 200
 
 
 def test_newer_prompts_put_first_cannot_starve_the_oldest():
