@@ -92,8 +92,8 @@ class ModeledEngine:
                 rows += 1
             if row.sample and row.kind is not RowKind.PADDING:
                 samples[row.request.request_id] = _placeholder(row.request.request_id, end)
-            if self.checkpoints is not None:
-                for at in [at for at, kept in ((row.start, row.checkpoint_start), (end, row.checkpoint)) if kept]:
+            for at, kept in ((row.start, row.checkpoint_start), (end, row.checkpoint)):
+                if kept and self.checkpoints is not None:
                     state = self.profile.recurrent_state_bytes
                     self.checkpoints.put(np.asarray(row.request.token_ids[:at], dtype=np.int64), None, state)
                     duration_ms_extra += state / (CHECKPOINT_COPY_GBS * 1e9) * 1e3

@@ -18,9 +18,9 @@ prompt token then rides the next step beside the decode rows. That costs a reque
 latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
 its end. A cut costs more than the step, too: llama.cpp splits a hybrid's step into micro-batches
 whose sequences all take the same number of tokens, so every short piece is one more pass over the
-weights (about 14 ms on two cores for the ~140M demo hybrid, the cost of ~6 prompt tokens). So
-boundaries closer than NEAR_TOKENS make no cut of their own, at the price of at most that many tokens
-recomputed by a request that resumes there:
+weights (runtime.scheduling.prefill_budget.piece_tokens). So boundaries closer than NEAR_TOKENS make
+no cut of their own, at the price of at most that many tokens recomputed by a request that resumes
+there:
 - the end of the prompt but its last token, when a turn ends at most NEAR_TOKENS before it (the
   generation prompt after the last message: Qwen3.5's is 11 tokens), is left to that turn's end;
 - a boundary at most NEAR_TOKENS past a chunk's start (the end of the reply a follow-up turn resumes

@@ -50,10 +50,11 @@ def piece_tokens(natural: int, available: int, prefill_chunk: int, whole_budget:
 
     llama.cpp runs a step as micro-batches in which every sequence takes the same number of tokens
     (always for hybrid and recurrent memory, and for attention with a KV stream per sequence), so
-    every piece of a different length is one more pass over the weights: about 14 ms on two cores
-    for the ~140M demo hybrid, the cost of ~6 prompt tokens, and on a card a larger share of a
-    step. A budget's leftover, or a remainder of a few left for the next step, bought such a pass and
-    a step of the prompt's latency for no progress: the prompt finished in the same step anyway."""
+    every piece of a different length is one more pass over the weights: 9-21 ms on two cores for
+    the ~140M demo hybrid, the cost of 3-8 of its prompt tokens (benchmarks/micro_batches.py fits
+    it), and on a card, where a prompt token costs far less, many more. A budget's leftover, or a
+    remainder of a few left for the next step, bought such a pass and a step of the prompt's
+    latency for no progress: the prompt finished in the same step anyway."""
     slack = max(1, prefill_chunk // PIECE_SHARE)
     if natural <= available + slack:
         return natural

@@ -311,8 +311,9 @@ class Scheduler:
                     self.stats.prefix_looked_up(request.agent, queried, self.prefix.reuse(lane, self.lanes, planned))
                 self.prefix.make_sequence_room(self.lanes)
             start = request.num_computed_tokens
-            natural = self.prefix.chunk_end(request, start, request.num_tokens).end - start
-            want = min(piece_tokens(natural, available, chunk, None if oldest else whole_budget),
+            # Where the prompt's next cut falls with no budget: the piece that would go whole.
+            whole = self.prefix.chunk_end(request, start, request.num_tokens)
+            want = min(piece_tokens(whole.end - start, available, chunk, None if oldest else whole_budget),
                        self.caps.max_step_tokens - planned)
             if held:
                 want = min(want, available)  # no overshoot into the oldest prompt's share
@@ -322,7 +323,8 @@ class Scheduler:
             if room is not None and request.num_tokens - start > chunk:
                 want = min(want, tokens_within(start, room, chunk))
             self.prefix.make_room(planned + want)
-            cut = self.prefix.chunk_end(request, start, start + min(want, self.kv.free_tokens - planned))
+            limit = start + min(want, self.kv.free_tokens - planned)
+            cut = whole if limit >= whole.end else self.prefix.chunk_end(request, start, limit)
             end = cut.end
             rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
                             checkpoint=cut.checkpoint, checkpoint_start=cut.checkpoint_start,
