@@ -135,7 +135,8 @@ class Backend:
         self.seen_prompt_tokens += prompt_tokens
         self.seen_cached_tokens += cached_tokens
 
-    def note_sample(self, sample: MetricsSample, now: float) -> None:
+    def note_sample(self, sample: MetricsSample, now: float, inflight_at_poll: int = 0) -> None:
+        """A /metrics sample; `inflight_at_poll` is what the gateway had open on it when it asked."""
         previous, before = self.sample, self.sample_time
         if self.up is False:
             log.warning("backend %s is up again", self.label)
@@ -145,7 +146,9 @@ class Backend:
         self.finished_since_sample = 0
         while self.sent_times and now - self.sent_times[0] > TRANSIT_S:
             self.sent_times.popleft()
-        self.others = max(0.0, sample.running + sample.waiting - self.inflight)
+        # A request of ours that finished while the poll was out is still in the sample: counted as
+        # another client's, it made the backend look busier than the rest and moved agents off it.
+        self.others = max(0.0, sample.running + sample.waiting - max(self.inflight, inflight_at_poll))
         self.held_back = max(0.0, sample.waiting - len(self.sent_times))
         dt = now - before
         if sample.tok_s is not None:
@@ -221,6 +224,7 @@ class Poller:
 
     async def _poll(self, backend: Backend) -> None:
         url = backend.config.url
+        inflight = backend.inflight
         try:
             response = await self._client.get(f"{url}/metrics", headers=backend.headers)
             if response.status_code != 200:
@@ -234,7 +238,7 @@ class Poller:
         except (httpx.HTTPError, ValueError) as exc:
             backend.mark_down(_describe(exc))
             return
-        backend.note_sample(sample, time.monotonic())
+        backend.note_sample(sample, time.monotonic(), inflight)
 
 
 def _describe(exc: Exception) -> str:

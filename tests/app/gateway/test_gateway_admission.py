@@ -147,6 +147,19 @@ def test_other_clients_requests_on_a_backend_count_in_its_load():
     assert backend.full()
 
 
+def test_a_request_that_finished_while_the_poll_was_out_is_not_another_clients():
+    gw = _gateway(n=1, slots=4)
+    backend = gw.backends[0]
+    backend.inflight = 3
+    asked_with = backend.inflight
+    backend.inflight -= 1  # one of ours finishes before the answer, which still counts it running
+    backend.note_sample(parse_metrics(_swarm_panel_sample(3, 0, 4)), time.monotonic(), asked_with)
+    assert backend.others == 0 and backend.load() == 0.5
+    # A request another client started is still seen.
+    backend.note_sample(parse_metrics(_swarm_panel_sample(4, 0, 4)), time.monotonic(), 2)
+    assert backend.others == 2 and backend.load() == 1.0
+
+
 def test_affinity_keeps_an_agent_and_puts_new_agents_where_their_prompt_is():
     async def main():
         gw = _gateway(n=2, slots=4)
