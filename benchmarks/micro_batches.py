@@ -26,6 +26,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,8 +129,6 @@ def shim_library() -> Path:
 
 def serve_traced(trace: str, argv: list[str]) -> int:
     """swarm-panel serve, each llama_decode call of its engine appended to `trace`."""
-    import time
-
     from swarm_panel.app.cli.main import main
     from swarm_panel.runtime.llama import engine
 
@@ -152,7 +151,7 @@ def run(name: str, args: argparse.Namespace, model: Path, eog: tuple[int, ...], 
     trace.unlink(missing_ok=True)
     saved = dict(os.environ)
     if name == "swarm-panel":
-        command = [sys.executable, __file__, SERVE_TRACED, str(trace), *command[3:]]
+        command = [sys.executable, __file__, SERVE_TRACED, str(trace), *command[command.index("serve"):]]
     else:
         os.environ.update(LD_PRELOAD=str(shim_library()), DECODE_TRACE=str(trace))
     try:
