@@ -16,6 +16,7 @@ from swarm_panel.runtime.core.config import MAX_LANES, SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, Sample, StepPlan, StepResult
 from swarm_panel.runtime.core.fit import StepLine, fit_step_line
 from swarm_panel.runtime.core.request import Request, SamplingParams
+from swarm_panel.runtime.core.step_account import PART_LABELS, PARTS
 from swarm_panel.runtime.modeled.ceiling import DEFAULT_CONTEXTS, ceiling_table
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import PROFILES
@@ -388,11 +389,28 @@ def _print_table(results, workload, num_lanes, engine, fit: Sweep | None, predic
               f"{r.prefix_hits:>10}{r.prefix_hit_rate:>10.1%}{_ms(r.ttft_p50):>10}{_ms(r.ttft_p95):>10}"
               f"{r.kv_cached_peak:>13}")
     _print_checkpoints(results, engine)
+    print_step_times(results)
     if workload.real_agents:
         print(f"{'policy':<12}{'requests':>9}{'stopped':>9}{'len min':>9}{'len p50':>9}{'len max':>9}")
         for r in results:
             print(f"{r.policy:<12}{r.requests:>9}{r.natural_stops:>9}{r.length_min:>9}{r.length_p50 or 0:>9.0f}"
                   f"{r.length_max:>9}")
+
+
+def print_step_times(results) -> None:
+    """Each run's step account (runtime.core.step_account): shares of the engine thread's wall time."""
+    rows = [r for r in results if r.step_times]
+    if not rows:
+        return
+    print(f"{'policy':<12}" + "".join(f"{part:>10}" for part in PARTS) + f"{'host share':>12}{'logits/step':>13}")
+    for r in rows:
+        t = r.step_times
+        wall = sum(t[f"{part}_s"] for part in PARTS) or 1.0
+        per_step = t["logits_bytes"] / t["steps"] / 1e6 if t["steps"] else 0.0
+        print(f"{r.policy:<12}" + "".join(f"{t[f'{part}_s'] / wall:>10.1%}" for part in PARTS)
+              + f"{t['host_share']:>12.1%}{per_step:>10.1f} MB")
+    print("shares of the engine thread's wall time: " + "; ".join(f"{p}: {PART_LABELS[p]}" for p in PARTS)
+          + ". host share: everything but the device's compute, over the steps' time")
 
 
 def _print_checkpoints(results, engine) -> None:

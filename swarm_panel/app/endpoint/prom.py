@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.core.step_account import PART_LABELS, PARTS, StepTotals
 from swarm_panel.runtime.policies.agent_service import AgentTotals
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
@@ -208,7 +209,25 @@ class SwarmCollector(Collector):
                         self.responses.bytes)
         yield gauge("engine_up", "1 while the engine thread runs", 1.0 if thread is not None and thread.alive else 0.0)
         if thread is not None:
+            yield from _step_account(thread.step_times(), names, values)
             yield from _agent_service(thread.scheduler.service.snapshot(), names, values)
+
+
+def _step_account(totals: StepTotals, names: list[str], values: list[str]) -> Iterable[Metric]:
+    """Where the engine thread's time went since it started (runtime.core.step_account), part by part."""
+    seconds = CounterMetricFamily(PREFIX + "engine_thread_seconds", "The engine thread's wall time by part: "
+                                  + "; ".join(f"{p}: {PART_LABELS[p]}" for p in PARTS), labels=[*names, "part"])
+    for part in PARTS:
+        seconds.add_metric([*values, part], getattr(totals, part))
+    yield seconds
+    logits = CounterMetricFamily(PREFIX + "logits_copied_bytes", "Logits the device copied to the host for "
+                                 "sampling there (rows sampled on the backend copy none)", labels=names)
+    logits.add_metric(values, totals.logits_bytes)
+    yield logits
+    share = GaugeMetricFamily(PREFIX + "device_busy_share", "Share of the engine thread's time the device "
+                              "computed, since the engine started (idle included)", labels=names)
+    share.add_metric(values, totals.device_busy_share)
+    yield share
 
 
 def _agent_service(totals: list[AgentTotals], names: list[str], values: list[str]) -> Iterable[Metric]:

@@ -16,7 +16,7 @@ from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.models.bundled import bundled_model_path, cpu_copy
-from swarm_panel.runtime.models.demo import ensure_demo_model
+from swarm_panel.runtime.models.demo import QWEN35_VOCAB, ensure_demo_model
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,12 @@ LIVE_LANE_HEADROOM = 64
 # Model names a setting may give instead of a path.
 BUNDLED_ALIAS = "smollm2"
 DEMO_ALIAS = "demo"
+# The CPU stand-in for a card: a tiny random qwen35 with Qwen3.5's 248,320-token vocabulary, whose fast
+# steps and large logits show the host's share of a step (docs/gpu.md).
+STANDIN_ALIAS = "standin"
 # The Settings fields that pick and shape the engine.
 ENGINE_FIELDS = ("engine", "model", "profile", "n_ctx", "n_batch", "n_gpu_layers", "flash_attn", "kv_type",
-                 "threads", "checkpoint_budget_mb", "extra_buffers", "kv_unified",
+                 "threads", "checkpoint_budget_mb", "extra_buffers", "backend_sampling", "kv_unified",
                  "park_budget_mb", "prefix_store", "prefix_store_ram_mb", "prefix_store_disk_mb",
                  "prefix_store_min_tokens")
 
@@ -88,6 +91,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         leave_a_core=leave_a_core,
         extra_buffers=tuning.extra_buffers,
         extra_buffers_reason=tuning.extra_buffers_reason,
+        backend_sampling=o.backend_sampling == "on" or (o.backend_sampling == "auto" and not on_cpu(o.n_gpu_layers)),
         note=note,
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
         park_cached=o.park_budget_mb > 0,
@@ -118,4 +122,7 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
     if str(model) == DEMO_ALIAS and not Path(model).exists():
         progress("writing the random-weight demo model (once)", None)
         return ensure_demo_model(), None
+    if str(model) == STANDIN_ALIAS and not Path(model).exists():
+        progress("writing the stand-in model (once)", None)
+        return ensure_demo_model("tiny", arch="qwen35", n_vocab=QWEN35_VOCAB), None
     return Path(model).expanduser(), None

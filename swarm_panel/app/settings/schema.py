@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     extra_buffers: Literal["auto", "on", "off"] = Field(
         "auto", description="llama.cpp's extra buffer types (AMX, repacked weights), which crash or miscompute on "
         "some CPUs: auto decides by a one-time probe in a child process, remembered per build, CPU and model")
+    backend_sampling: Literal["auto", "on", "off"] = Field(
+        "auto", description="Sample inside llama.cpp's compute graph (its backend samplers), so a step brings back "
+        "each row's token instead of the vocabulary's logits; requests with a grammar or logprobs are sampled on the "
+        "host either way. auto: on with GPU offload; off on a CPU, where llama.cpp's in-graph sampling made the "
+        "CPU stand-in's 64-lane decode step 1.6x slower (docs/gpu.md)")
     park_budget_mb: int = Field(
         2048, ge=0, le=1 << 20, description="Host memory where finished sequences kept for prefix reuse wait "
         "(parked): under unified KV instead of cells every live sequence's attention walks, under split KV once a "

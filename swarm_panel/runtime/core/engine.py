@@ -104,6 +104,14 @@ class StepResult:
     # request_id -> why, for prefix ops the memory could not do. A destination starts over from
     # position 0 (its row this step was not computed); a cached source holds nothing any more.
     refused: dict[int, str] = field(default_factory=dict)
+    # Where the step's time went inside the engine (runtime.core.step_account): wall and this thread's CPU
+    # seconds in the device's compute (the call until its outputs are ready, their copy to the host
+    # included), and in sampling; and the bytes of logits the device copied to the host for it.
+    device_s: float = 0.0
+    device_cpu_s: float = 0.0
+    sample_s: float = 0.0
+    sample_cpu_s: float = 0.0
+    logits_bytes: int = 0
 
 
 @dataclass(slots=True, frozen=True)

@@ -26,6 +26,8 @@ class TokenBatch:
         self._seq_id_ptrs = np.zeros(size + 1, dtype=np.uintp)
         self._seq_id_ptrs[:size] = self.seq_ids.ctypes.data + self.seq_ids.itemsize * np.arange(size, dtype=np.uintp)
         self._ramp = np.arange(size, dtype=np.int32)
+        # Rows whose logits the last fill asked for.
+        self.num_outputs = 0
         # The struct holds raw pointers into the arrays above, which live as long as this object.
         self.batch = llama_cpp.llama_batch(
             n_tokens=0,
@@ -58,4 +60,5 @@ class TokenBatch:
             self.seq_ids[:n] = np.repeat(np.asarray(seq_ids, dtype=np.int32), counts)
         self.logits[:n] = 0
         self.logits[outputs] = 1
+        self.num_outputs = len(outputs)
         self.batch.n_tokens = n

@@ -29,6 +29,7 @@ request's sequence, in this run or a later one.
 
 from __future__ import annotations
 
+import ctypes
 import heapq
 import logging
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
+import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
@@ -69,7 +71,14 @@ from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceM
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
 from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
 from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
-from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, token_logprob
+from swarm_panel.runtime.llama.sampling import (
+    BackendGreedySampler,
+    ChainSampler,
+    build_backend_sampler,
+    build_sampler,
+    runs_on_backend,
+    token_logprob,
+)
 from swarm_panel.runtime.llama.vocab import LlamaVocab
 
 log = logging.getLogger(__name__)
@@ -96,15 +105,11 @@ class _Lane:
     """A live request's llama.cpp sequence and its sampler (made on first sight)."""
 
     seq_id: int
-    sampler: GreedySampler | ChainSampler | None = None
+    sampler: GreedySampler | ChainSampler | BackendGreedySampler | None = None
     # Leading tokens whose KV cells it shares with another sequence (a unified-KV prefix copy).
     shared: int = 0
-
-
-def _close_sampler(lane: _Lane) -> None:
-    if lane.sampler is not None:
-        lane.sampler.close()
-        lane.sampler = None
+    # The sampler's chain is attached to the context (llama_set_sampler): it runs inside the graph.
+    on_backend: bool = False
 
 
 def on_cpu(n_gpu_layers: int) -> bool:
@@ -162,9 +167,12 @@ class LlamaEngine:
         park_budget_bytes: int = DEFAULT_PARK_BUDGET,
         widens: bool = False,
         prefix_store: PrefixStoreOptions | None = None,
+        backend_sampling: bool = False,
         progress: Progress = no_progress,
     ) -> None:
         self._model = self._ctx = None
+        # The step being run's times (runtime.core.step_account), filled in as it runs.
+        self._times = StepResult({}, 0.0)
         # Long shared heads' states kept across runs; None: not kept.
         self._prefix_keeper: PrefixKeeper | None = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -214,6 +222,9 @@ class LlamaEngine:
         # The split layout's kernel and why, kept while widened, for `narrow` to bring back.
         self._split_attention: tuple[str, str] | None = None
         self.copies_prefixes = True
+        # llama.cpp's backend sampling: a request's chain runs inside the compute graph, so only its
+        # token comes back, not the vocabulary's logits (runtime.llama.sampling.runs_on_backend says which).
+        self.backend_sampling = backend_sampling
         self._model = self._load_model(n_gpu_layers, progress)
         try:
             self.memory_kind = memory_kind(self._model)
@@ -378,9 +389,18 @@ class LlamaEngine:
                  self.layout_note, self.flash_attn, self.max_context, time.perf_counter() - started)
         self._facts = self._read_facts()
 
+    def _close_sampler(self, lane: _Lane) -> None:
+        if lane.on_backend:
+            # Detached before it is freed: the context keeps the pointer.
+            llama_cpp.llama_set_sampler(self._ctx, lane.seq_id, None)
+            lane.on_backend = False
+        if lane.sampler is not None:
+            lane.sampler.close()
+            lane.sampler = None
+
     def _drop_sequences(self) -> None:
         for lane in self._lanes.values():
-            _close_sampler(lane)
+            self._close_sampler(lane)
         self._lanes.clear()
         self._cached.clear()
         self._parked.clear()
@@ -417,6 +437,9 @@ class LlamaEngine:
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
         params.flash_attn_type = FLASH_ATTN[self.flash_attn]
         params.no_perf = True
+        if self.backend_sampling:
+            # A row per request a step: one output per sequence, which the backend penalties sampler needs.
+            params.n_outputs_max_per_seq = 1
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
             reason = "; ".join(take_recent_problems()) or "llama.cpp could not create the context"
@@ -439,6 +462,7 @@ class LlamaEngine:
             n_threads=self.n_threads,
             extra_buffers=self.extra_buffers,
             extra_buffers_reason=self.extra_buffers_reason,
+            backend_sampling=self.backend_sampling,
             note=self.note,
             device="CPU" if on_cpu(self.n_gpu_layers) else "GPU",
         )
@@ -498,6 +522,7 @@ class LlamaEngine:
         if errors or refused:
             rows = [row for row in rows
                     if row.request.request_id not in errors and row.request.request_id not in refused]
+        self._times = times = StepResult({}, 0.0)
         admitted = self._admit(rows, errors)
         samples: dict[int, Sample] = {}
         done: list[tuple[int, Row]] = []
@@ -508,7 +533,9 @@ class LlamaEngine:
         except KVCacheFull:
             self._take_back(done, samples)
             raise
-        return StepResult(samples=samples, duration_s=time.perf_counter() - started, errors=errors, refused=refused)
+        times.samples, times.errors, times.refused = samples, errors, refused
+        times.duration_s = time.perf_counter() - started
+        return times
 
     def _follow_contention(self) -> None:
         threads = self._governor.poll(time.monotonic())
@@ -605,7 +632,7 @@ class LlamaEngine:
         if lane is None:
             return
         self._memory.drop(lane.seq_id)
-        _close_sampler(lane)
+        self._close_sampler(lane)
         heapq.heappush(self._free_seq_ids, lane.seq_id)
 
     def _free_cached_id(self, seq_id: int) -> None:
@@ -768,7 +795,7 @@ class LlamaEngine:
         lane = self._lanes.pop(rid, None)
         if lane is None:
             return
-        _close_sampler(lane)
+        self._close_sampler(lane)
         try:
             if not self.kv_unified and n > 0:
                 # The lane's own stream becomes the cached sequence: nothing moves.
@@ -856,8 +883,15 @@ class LlamaEngine:
             eog_tokens = self.vocab.eog_tokens
             eog = eog_tokens if sampling.ignore_eos else ()
             output = [t for t in request.output_token_ids if t not in eog_tokens] if sampling.grammar else ()
-            lane.sampler = build_sampler(sampling, self.vocab.n_tokens, eog, request.token_ids,
-                                               llama_cpp.llama_model_get_vocab(self._model), output)
+            vocab = llama_cpp.llama_model_get_vocab(self._model)
+            if self.backend_sampling and runs_on_backend(sampling):
+                lane.sampler = build_backend_sampler(sampling, self.vocab.n_tokens, eog, request.token_ids)
+                lane.on_backend = bool(llama_cpp.llama_set_sampler(self._ctx, lane.seq_id, lane.sampler.chain))
+                if lane.on_backend:
+                    return
+                # llama.cpp refused it (its log says why): the host samples this request.
+                self._close_sampler(lane)
+            lane.sampler = build_sampler(sampling, self.vocab.n_tokens, eog, request.token_ids, vocab, output)
 
     def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
         """The step's llama_decode calls (runtime.llama.cpu_tuning.decode_calls): with split KV, rows whose stream is far
@@ -880,9 +914,22 @@ class LlamaEngine:
         if self.call_cost is not None and not self.kv_unified and self._batch.n_tokens == len(call):
             spans = [RowSpan(seq_id, row.start + 1) for seq_id, row in call]
             self.call_cost.observe(*ubatch_features(spans, self.max_context), elapsed)
+        outputs = self._token_batch.num_outputs
+        host_logits = outputs and not all(self._lanes[row.request.request_id].on_backend for _, row in call)
+        if host_logits:
+            # One row without a backend sampler, and llama.cpp copies every output row's logits.
+            self._times.logits_bytes += outputs * self.vocab.n_tokens * 4
+        wall, cpu = time.perf_counter(), time.thread_time()
+        # One view of every output row's logits (rows in batch order): a view a row costs more than its argmax.
+        logits = None
+        if host_logits and to_sample:
+            pointer = ctypes.cast(llama_cpp.llama_get_logits(self._ctx), ctypes.POINTER(ctypes.c_float))
+            logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.vocab.n_tokens))
         # A later call overwrites this one's logits: its rows are sampled now.
-        for index, row in to_sample:
-            samples[row.request.request_id] = self._sample(row.request, index)
+        for index, ordinal, row in to_sample:
+            samples[row.request.request_id] = self._sample(row.request, index, None if logits is None else logits[ordinal])
+        self._times.sample_s += time.perf_counter() - wall
+        self._times.sample_cpu_s += time.thread_time() - cpu
 
     def _take_back(self, done: list[tuple[int, Row]], samples: dict[int, Sample]) -> None:
         """A later call of the step found no KV room: the step keeps nothing, so the rows already run
@@ -893,12 +940,12 @@ class LlamaEngine:
             if samples.pop(request.request_id, None) is None:
                 continue
             lane = self._lanes[request.request_id]
-            _close_sampler(lane)
+            self._close_sampler(lane)
             if request.sampling.logprobs is not None:
                 request.output_logprobs.pop()
 
-    def _fill_batch(self, admitted: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
-        """Lays the rows out in the batch; returns (batch index, row) for each row to sample."""
+    def _fill_batch(self, admitted: list[tuple[int, Row]]) -> list[tuple[int, int, Row]]:
+        """Lays the rows out in the batch; returns (batch index, output row, row) for each row to sample."""
         rows = [row for _, row in admitted]
         lengths = [len(row.tokens) for row in rows]
         ends = list(accumulate(lengths))
@@ -906,14 +953,23 @@ class LlamaEngine:
         outputs = [end - 1 for end, row in zip(ends, rows) if row.sample or row.kind is RowKind.PADDING]
         self._token_batch.fill(list(chain.from_iterable(map(_TOKENS, rows))), lengths,
                                [row.start for row in rows], [seq_id for seq_id, _ in admitted], ends, outputs)
-        return [(end - 1, row) for end, row in zip(ends, rows) if row.sample and row.kind is not RowKind.PADDING]
+        ordinals = {index: ordinal for ordinal, index in enumerate(outputs)}
+        return [(end - 1, ordinals[end - 1], row) for end, row in zip(ends, rows)
+                if row.sample and row.kind is not RowKind.PADDING]
 
     def _decode(self, admitted: list[tuple[int, Row]]) -> None:
         for seq_id, row in admitted:
             if row.checkpoint_start:
                 self._memory.snapshot(seq_id, row.request.token_ids[:row.start])
         take_recent_problems()
+        wall, cpu = time.perf_counter(), time.thread_time()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
+        if code == 0:
+            # On a card llama_decode returns once the graph is queued; the outputs are ready after this.
+            llama_cpp.llama_synchronize(self._ctx)
+        times = self._times
+        times.device_s += time.perf_counter() - wall
+        times.device_cpu_s += time.thread_time() - cpu
         if code == 0:
             for seq_id, row in admitted:
                 end = row.start + len(row.tokens)
@@ -933,9 +989,14 @@ class LlamaEngine:
         problems = "; ".join(take_recent_problems())
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
 
-    def _sample(self, request: Request, index: int) -> Sample:
-        """The token and whether it ends generation; runtime.serving.output_processor makes its text."""
-        token = self._lanes[request.request_id].sampler.sample(self._ctx, index)
+    def _sample(self, request: Request, index: int, logits: np.ndarray | None) -> Sample:
+        """The token and whether it ends generation; runtime.serving.output_processor makes its text.
+        `logits`: the row's raw logits where the host has them."""
+        sampler = self._lanes[request.request_id].sampler
+        if logits is not None and isinstance(sampler, GreedySampler):
+            token = sampler.choose(logits)
+        else:
+            token = sampler.sample(self._ctx, index)
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.

@@ -61,12 +61,21 @@ class GreedySampler:
         self._counts[token] += 1
 
     def choose(self, logits: np.ndarray) -> int:
-        """The token for this row of float32 logits, accepted into the penalty window."""
-        if len(self._bias_ids) or self._counts:
-            logits = logits.copy()
+        """The token for this row of float32 logits, accepted into the penalty window.
+
+        The few biased and penalised entries are changed in place for the argmax and put back after, so
+        the row reads as it came (logprobs read it next) and no copy of the vocabulary is made: at
+        Qwen3.5's 248k tokens a copy a row cost more than the argmax."""
+        if not len(self._bias_ids) and not self._counts:
+            return self._pick(logits)
+        touched = self._bias_ids
+        if self._counts:
+            seen = np.fromiter(self._counts, dtype=np.intp, count=len(self._counts))
+            touched = np.union1d(touched, seen)
+        kept = logits[touched]
+        try:
             logits[self._bias_ids] += self._bias
             if self._counts:
-                seen = np.fromiter(self._counts, dtype=np.intp, count=len(self._counts))
                 values = logits[seen]
                 positive = values > 0
                 # A penalty of 0 makes +inf of a positive logit and NaN of a barred one, as in C.
@@ -74,6 +83,11 @@ class GreedySampler:
                     values[~positive] *= self._penalty
                     values[positive] /= self._penalty
                 logits[seen] = values
+            return self._pick(logits)
+        finally:
+            logits[touched] = kept
+
+    def _pick(self, logits: np.ndarray) -> int:
         token = int(np.argmax(logits))
         if np.isnan(logits[token]):
             # argmax takes the first NaN; llama.cpp's `>` never picks one, and never leaves a NaN first.

@@ -20,14 +20,53 @@ class ChainSampler:
     """A llama.cpp sampler chain, for whatever GreedySampler does not do."""
 
     def __init__(self, chain: llama_cpp.llama_sampler_p) -> None:
-        self._chain = chain
+        self.chain = chain
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
-        return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
+        # Where the chain ran on the backend this returns (and accepts) the token it drew there.
+        return llama_cpp.llama_sampler_sample(self.chain, ctx, index)
 
     def close(self) -> None:
-        free_sampler_chain(self._chain)
-        self._chain = None
+        free_sampler_chain(self.chain)
+        self.chain = None
+
+
+class BackendGreedySampler:
+    """Greedy choice inside the compute graph: a chain of logit bias, penalties and temperature 0, which on
+    the backend cuts each row to its one best token (llama.cpp's backend greedy sampler would leave the whole
+    row of logits to be copied to the host at the vendored commit). The token is read from the row's one
+    candidate and accepted into the chain, which keeps the penalties' window as the host chain does."""
+
+    def __init__(self, chain: llama_cpp.llama_sampler_p) -> None:
+        self.chain = chain
+
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        if llama_cpp.llama_get_sampled_candidates_count_ith(ctx, index) != 1:
+            raise RuntimeError("the backend did not cut the row to its best token")
+        token = llama_cpp.llama_get_sampled_candidates_ith(ctx, index)[0]
+        llama_cpp.llama_sampler_accept(self.chain, token)
+        return token
+
+    def close(self) -> None:
+        free_sampler_chain(self.chain)
+        self.chain = None
+
+
+def runs_on_backend(sampling: SamplingParams) -> bool:
+    """Whether the request's chain runs inside the compute graph, leaving only a few values a row to copy
+    to the host: greedy (with bias and penalties), or a draw after top-k. A grammar walks the vocabulary's
+    text on the host, logprobs need the raw logits there, and a draw over the whole vocabulary would copy
+    its logits and probabilities back (two rows where the host path copies one)."""
+    if sampling.grammar is not None or sampling.logprobs is not None:
+        return False
+    return sampling.temperature == 0.0 or sampling.top_k > 0
+
+
+def build_backend_sampler(sampling: SamplingParams, n_vocab: int, eog_tokens: Iterable[int],
+                          history: Sequence[int] = ()) -> BackendGreedySampler | ChainSampler:
+    """A chain for llama_set_sampler, for a request runs_on_backend accepts."""
+    chain = build_sampler_chain(sampling, n_vocab, eog_tokens, history, backend=True)
+    return BackendGreedySampler(chain) if sampling.temperature == 0.0 else ChainSampler(chain)
 
 
 def build_sampler(
@@ -64,11 +103,13 @@ def build_sampler_chain(
     history: Sequence[int] = (),
     vocab: llama_cpp.llama_vocab_p | None = None,
     output: Sequence[int] = (),
+    backend: bool = False,
 ) -> llama_cpp.llama_sampler_p:
     """Return a new chain: logit bias, penalties, grammar, then greedy or top-k/top-p/min-p/temperature/dist.
 
     `history` (the request's tokens so far) primes the penalties window, `output` (the tokens it has
-    already generated) the grammar. The caller frees the chain
+    already generated) the grammar. `backend`: greedy ends in temperature 0, which on the backend keeps
+    only the row's best token (BackendGreedySampler reads it). The caller frees the chain
     with llama_sampler_free. Raises ValueError for a logit bias on a token outside the vocabulary, or
     a grammar that does not parse; a grammar needs `vocab`.
     """
@@ -108,7 +149,7 @@ def build_sampler_chain(
             llama_cpp.llama_sampler_accept(grammar, token)
         add(grammar)
     if sampling.temperature == 0.0:
-        add(llama_cpp.llama_sampler_init_greedy())
+        add(llama_cpp.llama_sampler_init_temp(0.0) if backend else llama_cpp.llama_sampler_init_greedy())
     else:
         if sampling.top_k > 0:
             add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))

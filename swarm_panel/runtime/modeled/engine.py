@@ -100,11 +100,14 @@ class ModeledEngine:
         # Only computed tokens cost prefill time: a reused prefix is in rows' start, not their tokens.
         duration = (self.profile.step_ms(rows, prefill_tokens, context) + duration_ms_extra) / 1e3
         duration += PREFIX_OP_MS * sum(op.kind is not PrefixOpKind.CACHE for op in plan.prefix_ops) / 1e3
+        device_s = 0.0
         if self.realtime:
             delay = started + duration - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-        return StepResult(samples=samples, duration_s=duration)
+                # The modeled card computes while this thread sleeps.
+                device_s = delay
+        return StepResult(samples=samples, duration_s=duration, device_s=device_s)
 
     def describe(self) -> dict[str, Any]:
         p = self.profile

@@ -30,6 +30,9 @@ DemoArch = Literal["llama", "qwen35"]
 ARCHS = ("llama", "qwen35")
 
 MODEL_NAME = "swarm-panel demo (random weights)"
+# Qwen3.5's vocabulary: the stand-in's logits are a real card's size while its steps stay fast, so the
+# host's share of a step (logits copied and sampled row by row) shows on a CPU as it does on a card.
+QWEN35_VOCAB = 248_320
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,8 @@ def damp_non_words(output_rows: np.ndarray, row_types: np.ndarray) -> None:
 
 
 def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed: int = 0,
-                     arch: DemoArch = "llama") -> Path:
+                     arch: DemoArch = "llama", n_vocab: int = 0) -> Path:
+    """A random-weight model; `n_vocab` pads the vocabulary with unused tokens to that size (0: the words only)."""
     if size not in SHAPES:
         hint = " (a real model's shape: runtime.models.target_shape writes it)" if size in HYBRID_SHAPES else ""
         raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}{hint}")
@@ -132,7 +136,7 @@ def write_demo_model(path: str | os.PathLike[str], size: DemoSize = "tiny", seed
         raise ValueError(f"arch must be one of {list(ARCHS)}, got {arch!r}")
     path = Path(path)
     shape = SHAPES[size] if arch == "llama" else HYBRID_SHAPES[size]
-    tokens, scores, types = build_vocab()
+    tokens, scores, types = build_vocab(n_vocab)
     n_vocab = len(tokens)
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -189,22 +193,23 @@ def _add_llama_tensors(writer: gguf.GGUFWriter, shape: DemoShape, n_vocab: int, 
     return dim
 
 
-def default_demo_model_path(size: DemoSize = "demo", arch: DemoArch = "llama") -> Path:
-    name = "demo-model" + ("" if size == "demo" else f"-{size}") + ("" if arch == "llama" else f"-{arch}")
+def default_demo_model_path(size: DemoSize = "demo", arch: DemoArch = "llama", n_vocab: int = 0) -> Path:
+    name = ("demo-model" + ("" if size == "demo" else f"-{size}") + ("" if arch == "llama" else f"-{arch}")
+            + (f"-vocab{n_vocab}" if n_vocab else ""))
     return platformdirs.user_data_path("swarm-panel") / f"{name}.gguf"
 
 
 def ensure_demo_model(size: DemoSize = "demo", path: str | os.PathLike[str] | None = None,
-                      arch: DemoArch = "llama") -> Path:
+                      arch: DemoArch = "llama", n_vocab: int = 0) -> Path:
     """Write the demo model once (atomically) and reuse it afterwards."""
-    target = Path(path) if path is not None else default_demo_model_path(size, arch)
+    target = Path(path) if path is not None else default_demo_model_path(size, arch, n_vocab)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        write_demo_model(tmp_name, size, arch=arch)
+        write_demo_model(tmp_name, size, arch=arch, n_vocab=n_vocab)
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

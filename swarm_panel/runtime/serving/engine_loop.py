@@ -8,12 +8,14 @@ with the whole step's list, which is how they cross to another thread in one mes
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResult
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
 from swarm_panel.runtime.core.stats import StepStats
+from swarm_panel.runtime.core.step_account import StepAccount
 from swarm_panel.runtime.core.step_outcome import Delivery
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.output_processor import OutputProcessor
@@ -36,14 +38,29 @@ class EngineLoop:
         self.on_stats = on_stats
         self.on_outputs = on_outputs
         self.output = OutputProcessor(engine.piece, engine.max_context)
+        # Where each step's time went (runtime.core.step_account), read by benchmarks and /metrics.
+        self.account = StepAccount()
+        self._last_result: StepResult | None = None
 
     def step(self) -> StepStats | None:
         """Runs one step; None when there was nothing to compute."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        stats = None
+        try:
+            stats = self._step()
+            return stats
+        finally:
+            # A step that ran no rows (releases, prefix ops) is host work, not a step of the account.
+            self.account.add_step(time.perf_counter() - wall, time.thread_time() - cpu,
+                                  self._last_result if stats is not None else None)
+            self._last_result = None
+
+    def _step(self) -> StepStats | None:
         start = self.clock.now()
         plan = self.scheduler.schedule(start)
         if not plan.rows and not plan.release and not plan.prefix_ops:
             return None
-        result = self._run(plan)
+        result = self._last_result = self._run(plan)
         if result is None:
             return None
         self.clock.advance(result.duration_s)

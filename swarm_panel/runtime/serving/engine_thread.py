@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError
 from swarm_panel.runtime.core.request import Request, RequestOutput
+from swarm_panel.runtime.core.step_account import StepTotals
 from swarm_panel.runtime.scheduling.limits import DEFAULT_MAX_TOKENS, RequestRejected, Settled, checked_config, settle
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
@@ -144,6 +146,10 @@ class EngineThread:
 
     def snapshot(self) -> EngineSnapshot:
         return self._snapshot
+
+    def step_times(self) -> StepTotals:
+        """Where the engine thread's time has gone since it started (runtime.core.step_account)."""
+        return self.loop.account.totals()
 
     @property
     def busy_s(self) -> float:
@@ -324,9 +330,12 @@ class EngineThread:
             self.scheduler.add(request, posted)
 
     def _run(self) -> None:
+        account = self.loop.account
         while not self._stopping:
+            wall, cpu = time.perf_counter(), time.thread_time()
             self._drain_inbox()
             self._narrow_when_quiet()
+            account.add_host(time.perf_counter() - wall, time.thread_time() - cpu)
             try:
                 stats = self.loop.step()
             except Exception as exc:  # a bug or a broken engine must not strand the clients
@@ -334,13 +343,19 @@ class EngineThread:
                 self.error_count += 1
                 self._fail_everything(f"engine failure: {exc}")
                 stats = None
+            wall, cpu = time.perf_counter(), time.thread_time()
             self._publish()
             if stats is not None:
                 self._follow_attention()
             if stats is None and not self.scheduler.num_running:
                 s = self.scheduler
                 self.metrics.note_idle(s.kv_used, s.kv_cached, s.kv_budget, len(s.waiting))
+                account.add_host(time.perf_counter() - wall, time.thread_time() - cpu)
+                wall = time.perf_counter()
                 self._wake.wait(self._idle_timeout())
+                account.add_idle(time.perf_counter() - wall)
+            else:
+                account.add_host(time.perf_counter() - wall, time.thread_time() - cpu)
         self._drain_inbox()
         self._fail_everything("the server is shutting down")
 

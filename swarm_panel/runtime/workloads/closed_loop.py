@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
@@ -49,6 +49,8 @@ class RunResult:
     length_p50: float | None = None
     length_max: int = 0
     natural_stops: int = 0
+    # Where the steps' time went (runtime.core.step_account.StepTotals.as_dict); empty on a virtual clock.
+    step_times: dict = field(default_factory=dict)
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -185,8 +187,11 @@ def run_closed_loop(
             wake = scheduler.next_admission_time()
             if wake is None:
                 raise RuntimeError("the swarm stalled: requests wait but none can ever be admitted")
+            idle_from = clock.now()
             clock.wait_until(wake)
+            loop.account.add_idle(clock.now() - idle_from)
     seconds = clock.now() - started
+    times = loop.account.totals()
     # The next run on this engine must start clean: cached sequences would stay in its KV and slow it.
     scheduler.drop_prefix_cache()
     loop.step()
@@ -220,4 +225,5 @@ def run_closed_loop(
         length_p50=percentile(lengths, 50),
         length_max=max(lengths, default=0),
         natural_stops=outcome["stops"],
+        step_times=times.as_dict() if isinstance(clock, RealClock) else {},
     )

@@ -152,3 +152,9 @@ def test_metrics_are_prometheus_text_with_vllm_names_and_ours():
     assert 0 < value(p + "utilization") <= 1
     assert value(p + "num_requests_running") == 0
     assert p + "padding_rows_total" in families and p + "steps_total" in families
+    # The step account: every part present, the modeled card's compute among them.
+    parts = {part: value(p + "engine_thread_seconds_total", part=part)
+             for part in ("device", "sampling", "host", "gil_wait", "idle")}
+    assert parts["device"] > 0 and all(v >= 0 for v in parts.values())
+    assert 0 < value(p + "device_busy_share") <= 1
+    assert value(p + "logits_copied_bytes_total") == 0

@@ -56,7 +56,8 @@ def test_ensure_demo_model_writes_once_and_reuses(tmp_path, monkeypatch):
     calls = []
     real = demo_model.write_demo_model
     monkeypatch.setattr(demo_model, "write_demo_model",
-                        lambda path, size, arch: calls.append((size, arch)) or real(path, size, arch=arch))
+                        lambda path, size, arch, n_vocab: calls.append((size, arch)) or real(path, size, arch=arch,
+                                                                                          n_vocab=n_vocab))
     target = tmp_path / "sub" / "model.gguf"
     assert ensure_demo_model("tiny", target) == target
     assert ensure_demo_model("tiny", target) == target
@@ -64,6 +65,17 @@ def test_ensure_demo_model_writes_once_and_reuses(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
     hybrid = ensure_demo_model("tiny", tmp_path / "hybrid.gguf", arch="qwen35")
     assert calls[-1] == ("tiny", "qwen35") and hybrid.is_file()
+
+
+def test_a_padded_vocabulary_gives_the_stand_in_its_logits_size(tmp_path):
+    """The CPU stand-in for a card (Qwen3.5's 248,320 tokens, runtime.models.demo.QWEN35_VOCAB) at a test's size."""
+    from swarm_panel.runtime.llama.engine import LlamaEngine
+
+    path = write_demo_model(tmp_path / "wide.gguf", "tiny", arch="qwen35", n_vocab=6000)
+    with LlamaEngine(path, max_lanes=1, n_ctx=256) as engine:
+        assert engine.vocab.n_tokens == 6000
+        assert engine.describe()["architecture"] == "qwen35"
+    assert default_demo_model_path("tiny", "qwen35", 6000).name.endswith("-vocab6000.gguf")
 
 
 def test_default_path_is_in_the_user_data_folder():
