@@ -17,8 +17,12 @@
 # --shape 9b`, quantized to Q4_K_M by llama.cpp) while llama-server builds, then measures, each phase
 # under a time limit taken from one budget:
 #   (a) the decode step line t(B) at B = 1, 2, 4, 8, 16 (`swarm-panel bench --fit`);
+#   (d) the limit: our engine in-process, decode only, against llama-batched-bench (built from the same
+#       tree) at B = 8, 16, 32, with each step's time accounted for (`swarm-panel bench --limit`), sampling
+#       on the backend, then (e) the same with sampling on the host;
 #   (b) naive, shrinking and continuous batching on the seed's workload (8 agents, the article's lengths);
 #   (c) swarm-panel serve against llama-server over HTTP (benchmarks/peer_servers.py): fixed lengths,
+#       then (f) the swarm workloads of docs/benchmarks.md (hybrid-agents, past-lanes, harness-prefix),
 #       then real multi-turn agents.
 # A phase that fails is reported and the next one runs. On the H200 (2026-12-04) the CUDA build took 151 s
 # with FlashAttention off and 5 of 22 MMQ kernels compiled, and the model 263 s: the build and the model
@@ -112,6 +116,12 @@ bench_line_args() {
         --fit-context 320 --policy continuous --requests-per-agent 1
 }
 
+bench_limit_args() {  # on|off: sampling on the backend or the host
+    printf '%s\n' bench --engine llama --model "$MODEL" --n-gpu-layers -1 --limit \
+        --batched-bench "$BUILD/bin/llama-batched-bench" --limit-widths 8,16,32 --limit-prompt 128 \
+        --limit-tokens 96 --limit-rounds 1 --backend-sampling "$1"
+}
+
 bench_policy_args() {  # POLICY
     printf '%s\n' bench --engine llama --model "$MODEL" --n-gpu-layers -1 --fit --fit-widths 1,2,4,8,16 \
         --policy "$1" --agents 8 --requests-per-agent "$REQUESTS"
@@ -125,6 +135,11 @@ peer_common_args() {
 
 peer_fixed_args() { peer_common_args; printf '%s\n' --requests 8 --rounds 2; }
 peer_agents_args() { peer_common_args; printf '%s\n' --real-agents --turns 3 --reply-tokens 128 --rounds 1; }
+peer_workload_args() {  # WORKLOAD: docs/benchmarks.md's swarm workloads, one round each, on the 9B shape
+    printf '%s\n' "$repo/benchmarks/peer_servers.py" --llama-server "$BUILD/bin/llama-server" --model "$MODEL" \
+        --only swarm-panel --only llama-server --logs "$WORK/peer-logs" --workload "$1" --rounds 1 \
+        --round-limit 100 --ours-arg=--n-gpu-layers=-1 --peer-arg=-ngl --peer-arg=999
+}
 
 # shellcheck disable=SC2034  # `into` names the caller's array
 lines() { local -n into=$1; shift; mapfile -t into < <("$@"); }
@@ -361,15 +376,24 @@ dry_run() {
     say "                         cmake --build $BUILD -j\$(nproc) --target llama   (ggml, ggml-cuda)"
     say "phase llama_cpp package  $SRC/llama_cpp with $BUILD/bin/lib*.so in llama_cpp/lib, at $PYPKG"
     say "phase model (background) swarm-panel demo-model $MODEL --arch qwen35 --shape $SHAPE   (Q4_K_M)"
-    say "phase build: llama-server cmake --build $BUILD -j\$(nproc) --target llama-server"
+    say "phase build: llama-server cmake --build $BUILD -j\$(nproc) --target llama-server llama-batched-bench"
     lines a bench_line_args
     say "phase (a) step line      swarm-panel ${a[*]}"
+    lines a bench_limit_args on
+    say "phase (d) limit          swarm-panel ${a[*]}"
     lines a bench_policy_args continuous
     say "phase (b) continuous     swarm-panel ${a[*]}"
-    lines a bench_policy_args naive
-    say "phase (b) naive          swarm-panel ${a[*]}"
     lines a peer_fixed_args
     say "phase (c) fixed lengths  $PY ${a[*]}"
+    lines a bench_limit_args off
+    say "phase (e) host sampling  swarm-panel ${a[*]}"
+    local w
+    for w in hybrid-agents past-lanes harness-prefix; do
+        lines a peer_workload_args "$w"
+        say "phase (f) $w  $PY ${a[*]}"
+    done
+    lines a bench_policy_args naive
+    say "phase (b) naive          swarm-panel ${a[*]}"
     lines a bench_policy_args shrinking
     say "phase (b) shrinking      swarm-panel ${a[*]}"
     lines a peer_agents_args
@@ -400,7 +424,8 @@ EOF
 )
     text=$(awk '/^=== bench$/{on=1; next} /^=== /{on=0} on' <<<"$helps")
     for f in --engine --model --n-gpu-layers --fit --fit-widths --fit-context --policy --requests-per-agent \
-             --agents naive shrinking continuous; do
+             --agents naive shrinking continuous --limit --batched-bench --limit-widths --limit-prompt \
+             --limit-tokens --limit-rounds --backend-sampling; do
         need "$text" "$f" "swarm-panel bench"
     done
     text=$(awk '/^=== serve$/{on=1; next} /^=== /{on=0} on' <<<"$helps")
@@ -412,7 +437,7 @@ EOF
     need "$text" "$SHAPE" "swarm-panel demo-model"
     text=$(cd "$repo" && "$python" "$here/peer_servers.py" --help 2>&1)
     for f in --llama-server --model --only --agents --requests --rounds --ours-arg --peer-arg --real-agents --turns \
-             --reply-tokens --logs; do
+             --reply-tokens --logs --workload hybrid-agents past-lanes harness-prefix --round-limit; do
         need "$text" "$f" "peer_servers.py"
     done
     if [ -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ] && [ -d "$KIT/wheels" ]; then
@@ -476,10 +501,10 @@ build_job() {  # the whole build, one job: configure, the libraries (then a mark
     local a script
     lines a cmake_configure_args
     say "+ cmake ${a[*]} ${CUDA_EXTRA[*]}"
-    say "+ cmake --build $BUILD -j$(nproc) --target llama; then --target llama-server"
+    say "+ cmake --build $BUILD -j$(nproc) --target llama; then --target llama-server llama-batched-bench"
     printf -v script '%q ' cmake "${a[@]}" "${CUDA_EXTRA[@]}"
     script+=" && cmake --build $(printf %q "$BUILD") -j$(nproc) --target llama && touch $(printf %q "$WORK/libs.ready")"
-    script+=" && cmake --build $(printf %q "$BUILD") -j$(nproc) --target llama-server"
+    script+=" && cmake --build $(printf %q "$BUILD") -j$(nproc) --target llama-server llama-batched-bench"
     detached build bash -c "$script"
 }
 
@@ -491,7 +516,7 @@ build_libs() {  # starts the build unless an earlier call's is running or done, 
         say "an earlier call's build is still running: waiting for it"
     elif [ -f "$WORK/libs.ready" ]; then
         say "the libraries are built (an earlier call); llama-server is left to build"
-        detached build cmake --build "$BUILD" -j"$(nproc)" --target llama-server
+        detached build cmake --build "$BUILD" -j"$(nproc)" --target llama-server llama-batched-bench
     else
         [ -f "$WORK/build.rc" ] && say "an earlier call's build failed (rc $(cat "$WORK/build.rc")): once more"
         rm -f "$WORK/build.log"
@@ -514,7 +539,7 @@ build_server() {
         grep -a -E "error|Error" "$WORK/build.log" | head -20; tail -20 "$WORK/build.log"
         say "build: llama-server failed (the whole log: build.log)"
     fi
-    [ "$rc" -eq 0 ] && ls -la "$BUILD/bin/llama-server"
+    [ "$rc" -eq 0 ] && ls -la "$BUILD/bin/llama-server" "$BUILD/bin/llama-batched-bench"
     return "$rc"
 }
 
@@ -677,13 +702,25 @@ run() {
         # In the order of what each tells, so that a short budget loses the least.
         lines a bench_line_args
         measure "(a) step line$tag" 120 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
+        lines a bench_limit_args on
+        if [ "$server" = 1 ]; then measure "(d) limit$tag" 120 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
+        else skip "(d) limit" "no llama-batched-bench"; fi
         lines a bench_policy_args continuous
         measure "(b) continuous$tag" 150 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
-        lines a bench_policy_args naive
-        measure "(b) naive$tag" 150 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
         lines a peer_fixed_args
         if [ "$server" = 1 ]; then measure "(c) fixed lengths$tag" 150 bounded "$PY" "${a[@]}"; reap_servers
         else skip "(c) fixed lengths" "no llama-server"; fi
+        lines a bench_limit_args off
+        if [ "$server" = 1 ]; then measure "(e) host sampling$tag" 90 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
+        else skip "(e) host sampling" "no llama-batched-bench"; fi
+        local w
+        for w in hybrid-agents past-lanes harness-prefix; do
+            lines a peer_workload_args "$w"
+            if [ "$server" = 1 ]; then measure "(f) $w$tag" 130 bounded "$PY" "${a[@]}"; reap_servers
+            else skip "(f) $w" "no llama-server"; fi
+        done
+        lines a bench_policy_args naive
+        measure "(b) naive$tag" 150 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
         lines a bench_policy_args shrinking
         measure "(b) shrinking$tag" 150 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
         lines a peer_agents_args
@@ -695,7 +732,9 @@ run() {
     else
         local reason="no build"
         [ "$built" = 1 ] && reason="no model"
-        for a in "(a) step line" "(b) continuous" "(b) naive" "(c) fixed lengths" "(b) shrinking" "(c) real agents"; do
+        for a in "(a) step line" "(d) limit" "(b) continuous" "(c) fixed lengths" "(e) host sampling" \
+                 "(f) hybrid-agents" "(f) past-lanes" "(f) harness-prefix" "(b) naive" "(b) shrinking" \
+                 "(c) real agents"; do
             skip "$a" "$reason"
         done
     fi

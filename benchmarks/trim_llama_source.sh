@@ -13,7 +13,7 @@
 # gguf-py, the other backends' sources (Vulkan, SYCL, Metal, CANN, OpenCL, Hexagon, ...), the web UI's
 # sources (a server configured with -DLLAMA_USE_PREBUILT_UI=OFF embeds no UI) and git metadata. Kept:
 # ggml-cpu, ggml-cuda (ggml-hip and ggml-musa are small CMake files over ggml-cuda's sources),
-# tools/server, tools/mtmd (the server links it), vendor/ (httplib, json, stb, miniaudio) and the
+# tools/server, tools/batched-bench (the limit beside us), tools/mtmd (the server links it), vendor/ (httplib, json, stb, miniaudio) and the
 # Python package. A standalone build from the copy needs -DLLAMA_BUILD_TESTS=OFF
 # -DLLAMA_BUILD_EXAMPLES=OFF (their folders are gone); as llama-cpp-python's subproject both are off.
 set -euo pipefail

@@ -8,7 +8,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from swarm_panel.app.cli import bench_critical_path
+from swarm_panel.app.cli import bench_critical_path, bench_limit
 from swarm_panel.app.service.engine_factory import add_engine_arguments, engine_for
 from swarm_panel.app.settings.flags import add_settings_arguments
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
@@ -91,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="tokens of context a sequence holds, one row each (default: the profile's reference "
                               "context, then " + ",".join(map(str, DEFAULT_CONTEXTS)) + ")")
     bench_critical_path.add_arguments(p)
+    bench_limit.add_arguments(p)
     p.set_defaults(run=run_bench)
 
     o = sub.add_parser("overhead", help="measure the scheduler's own cost per step at N running sequences")
@@ -103,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     if args.ceiling:
         return run_ceiling(args)
+    if args.limit:
+        return bench_limit.run(args)
     if args.critical_path:
         return bench_critical_path.run(args, None if args.policy == "all" else (args.policy,))
     num_lanes = args.num_lanes or min(args.agents, 256)

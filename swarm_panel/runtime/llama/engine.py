@@ -65,7 +65,7 @@ from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
-from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
+from swarm_panel.runtime.llama.greedy_sampler import GreedySampler, choose_rows
 from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
 from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
@@ -925,9 +925,18 @@ class LlamaEngine:
         if host_logits and to_sample:
             pointer = ctypes.cast(llama_cpp.llama_get_logits(self._ctx), ctypes.POINTER(ctypes.c_float))
             logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.vocab.n_tokens))
-        # A later call overwrites this one's logits: its rows are sampled now.
-        for index, ordinal, row in to_sample:
-            samples[row.request.request_id] = self._sample(row.request, index, None if logits is None else logits[ordinal])
+        # A later call overwrites this one's logits: its rows are sampled now, the numpy greedy ones together.
+        greedy = [(index, ordinal, row) for index, ordinal, row in to_sample
+                  if logits is not None and isinstance(self._lanes[row.request.request_id].sampler, GreedySampler)]
+        if greedy:
+            tokens = choose_rows([self._lanes[row.request.request_id].sampler for _, _, row in greedy], logits,
+                                 [ordinal for _, ordinal, _ in greedy])
+            for (index, _, row), token in zip(greedy, tokens):
+                samples[row.request.request_id] = self._sampled(row.request, index, token)
+        for index, _, row in to_sample:
+            if row.request.request_id not in samples:
+                token = self._lanes[row.request.request_id].sampler.sample(self._ctx, index)
+                samples[row.request.request_id] = self._sampled(row.request, index, token)
         self._times.sample_s += time.perf_counter() - wall
         self._times.sample_cpu_s += time.thread_time() - cpu
 
@@ -989,14 +998,8 @@ class LlamaEngine:
         problems = "; ".join(take_recent_problems())
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
 
-    def _sample(self, request: Request, index: int, logits: np.ndarray | None) -> Sample:
-        """The token and whether it ends generation; runtime.serving.output_processor makes its text.
-        `logits`: the row's raw logits where the host has them."""
-        sampler = self._lanes[request.request_id].sampler
-        if logits is not None and isinstance(sampler, GreedySampler):
-            token = sampler.choose(logits)
-        else:
-            token = sampler.sample(self._ctx, index)
+    def _sampled(self, request: Request, index: int, token: int) -> Sample:
+        """The token and whether it ends generation; runtime.serving.output_processor makes its text."""
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.

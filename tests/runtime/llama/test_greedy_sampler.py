@@ -111,8 +111,9 @@ def same_tokens_either_way(path, monkeypatch) -> None:
             return [r.output_token_ids for r in requests]
 
     chosen = []
-    choose = GreedySampler.choose
-    monkeypatch.setattr(GreedySampler, "choose", lambda self, logits: chosen.append(1) or choose(self, logits))
+    # The engine hands every numpy-greedy row to choose_rows, which asks each sampler its key once.
+    shared_key = GreedySampler.shared_key
+    monkeypatch.setattr(GreedySampler, "shared_key", lambda self: chosen.append(1) or shared_key(self))
     fast = generate()
     assert len(chosen) == 3 * 40
     monkeypatch.setattr(llama_sampling, "takes_greedy_sampler", lambda sampling, n_vocab: False)
@@ -137,3 +138,29 @@ def test_the_window_holds_the_last_64_tokens(penalised):
         llama_cpp.llama_sampler_free(chain)
     assert expected == (b if penalised == "oldest in the window" else a)
     assert build_sampler(sampling, VOCAB, (), history).choose(logits) == expected
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rows_chosen_together_pick_what_each_picks_alone(seed):
+    """choose_rows against GreedySampler.choose row by row: shared biases, penalised rows, NaNs and rows out
+    of order; the logits read as they came afterwards."""
+    rng = np.random.default_rng(seed)
+    rows = 12
+    logits = (rng.integers(-4, 5, size=(rows, VOCAB)) / 2).astype(np.float32)
+    if seed % 3 == 0:
+        logits[rng.integers(rows), rng.integers(VOCAB, size=3)] = np.nan
+    eog = [7, 9]
+    kinds = [SamplingParams(temperature=0.0),
+             SamplingParams(temperature=0.0, ignore_eos=True),
+             SamplingParams(temperature=0.0, repeat_penalty=1.3)]
+    picks = [kinds[int(k)] for k in rng.integers(len(kinds), size=rows)]
+    histories = [[int(t) for t in rng.integers(VOCAB, size=int(rng.integers(0, 8)))] for _ in range(rows)]
+    order = list(range(rows)) if seed % 2 else [int(r) for r in rng.permutation(rows)]
+    together = [build_sampler(p, VOCAB, eog, h) for p, h in zip(picks, histories)]
+    alone = [build_sampler(p, VOCAB, eog, h) for p, h in zip(picks, histories)]
+    before = logits.copy()
+    got = greedy_sampler.choose_rows(together, logits, order)
+    assert np.array_equal(logits, before, equal_nan=True)
+    assert got == [alone[i].choose(logits[order[i]].copy()) for i in range(rows)]
+    # Each accepted its token: the next step's penalties are the same too.
+    assert [s._counts for s in together] == [s._counts for s in alone]
