@@ -62,6 +62,23 @@ def test_feed_marks_chunk_and_kv_budget_changes_from_the_polled_config():
     assert [m.label for m in feed.markers] == ["chunk 64, KV 4096"]
 
 
+def test_feed_shows_the_device_busy_share_of_its_last_window():
+    from swarm_panel.runtime.core.step_account import StepTotals
+
+    feed = StepFeed(window_s=1.0)
+    t0 = feed.t0
+    feed.tick(now=t0 + 0.1)
+    assert np.isnan(feed.latest("device_busy"))
+    feed.note_step_times(StepTotals(device=10.0, host=5.0, idle=5.0), now=t0 + 0.2)
+    feed.note_step_times(StepTotals(device=10.5, host=5.25, idle=5.25), now=t0 + 1.0)
+    feed.tick(now=t0 + 1.0)
+    assert feed.latest("device_busy") == 50.0
+    # Older reads leave the window: the share is of the last second only.
+    feed.note_step_times(StepTotals(device=10.5, host=6.25, idle=5.25), now=t0 + 2.1)
+    feed.tick(now=t0 + 2.1)
+    assert feed.latest("device_busy") == 0.0
+
+
 def test_timeline_image_hatches_padding_and_separates_lanes():
     from swarm_panel.ui.plots.lane_timeline import GAP, LUT, SUBROWS, render
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from swarm_panel.app.service.ring import Ring
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.step_account import StepTotals
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
@@ -31,7 +33,7 @@ STEP_COLUMNS = ("time", "duration", "useful", "padding", "held", "useful_rows", 
 # utilization and occupancy in percent here (they are fractions in `window`).
 TICK_COLUMNS = ("t", "tok_s", "padding_tok_s", "ceiling", "utilization", "occupancy", "live", "padding",
                 "held", "queue", "kv_pct", "kv_used", "num_lanes", "kv_cached_pct", "kv_cached", "checkpoint_pct",
-                "parked_pct")
+                "parked_pct", "device_busy")
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,6 +58,8 @@ class StepFeed:
         self._last_step: tuple[str, int] | None = None
         self._last_config: SchedulerConfig | None = None
         self.ceiling_per_batch = None  # callable B -> tok/s (or None), set from the measured steps and the fit
+        # The engine thread's step account (runtime.core.step_account) as last read, and a window's start.
+        self._times: deque[tuple[float, StepTotals]] = deque()
 
     def axis_time(self, monotonic: float) -> float:
         return monotonic - self.t0
@@ -176,7 +180,21 @@ class StepFeed:
                            padding, held, queue, 100.0 * kv_used / kv_cap if kv_cap else 0.0, kv_used, num_lanes,
                            100.0 * kv_cached / kv_cap if kv_cap else 0.0, kv_cached,
                            100.0 * ckpt / ckpt_budget if ckpt_budget else 0.0,
-                           100.0 * parked / park_budget if park_budget else 0.0))
+                           100.0 * parked / park_budget if park_budget else 0.0, self._device_busy()))
+
+    def note_step_times(self, totals: StepTotals, now: float | None = None) -> None:
+        """The engine thread's step account, read each tick: the device-busy share comes from its last window."""
+        now = (time.monotonic() if now is None else now) - self.t0
+        self._times.append((now, totals))
+        while len(self._times) > 2 and self._times[1][0] <= now - self.window_s:
+            self._times.popleft()
+
+    def _device_busy(self) -> float:
+        """Percent of the engine thread's time over the last window that the device computed."""
+        if len(self._times) < 2:
+            return math.nan
+        window = self._times[-1][1].minus(self._times[0][1])
+        return 100.0 * window.device_busy_share if window.wall > 0 else math.nan
 
     def latest(self, name: str) -> float:
         column = self.ticks.column(name, 1)

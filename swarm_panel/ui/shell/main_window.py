@@ -51,13 +51,18 @@ class KpiStrip(QtWidgets.QWidget):
         layout = QtWidgets.QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)
         self.labels: dict[str, QtWidgets.QLabel] = {}
+        tips = {"device_busy": "Share of the engine thread's last second the device spent computing (llama_decode "
+                               "until its outputs are ready); the rest went to sampling, host work, waiting for "
+                               "the GIL and idle time (docs/gpu.md)"}
         for key, title, colour in (("tok_s", "useful tok/s", theme.USEFUL), ("padding_tok_s", "padding tok/s", theme.PADDING),
-                                   ("utilization", "utilization", theme.MINT), ("ceiling", "ceiling tok/s", theme.MINT),
+                                   ("utilization", "utilization", theme.MINT),
+                                   ("device_busy", "device busy", theme.MINT), ("ceiling", "ceiling tok/s", theme.MINT),
                                    ("occupancy", "occupancy", theme.USEFUL), ("queue", "waiting", theme.QUEUE)):
             box = QtWidgets.QVBoxLayout()
             value = QtWidgets.QLabel("–")
             value.setStyleSheet(f"color: {colour}; font-size: 20pt; font-weight: bold")
             caption = QtWidgets.QLabel(title)
+            caption.setToolTip(tips.get(key, ""))
             caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
             box.addWidget(value)
             box.addWidget(caption)
@@ -75,7 +80,7 @@ class KpiStrip(QtWidgets.QWidget):
             label.setToolTip("" if key in values else missing_tip)
             if math.isnan(value):
                 label.setText("–")
-            elif key in ("utilization", "occupancy"):
+            elif key in ("utilization", "occupancy", "device_busy"):
                 label.setText(f"{value:.0f}%")
             else:
                 label.setText(f"{value:.0f}")
@@ -256,6 +261,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.cache_panel.show_config(config)
             self.feed.note_config(config)
             self.feed.pull(self.service.metrics)
+            self.feed.note_step_times(thread.step_times())
             self.feed.tick(waiting=thread.num_waiting)
         policy = thread.config.policy if thread is not None else ""
         self.plots.refresh(self.feed)
