@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,6 +76,9 @@ class StepPlan:
     release: list[Request] = field(default_factory=list)
     # Applied in order after the releases and before the batch; a source is never released in the same plan.
     prefix_ops: list[PrefixOp] = field(default_factory=list)
+    # Host work the engine may run while the device computes this step (an engine whose compute returns
+    # before its outputs are ready calls it then, once; any other leaves it to the caller, who runs it after).
+    while_computing: Callable[[], None] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -112,6 +116,8 @@ class StepResult:
     sample_s: float = 0.0
     sample_cpu_s: float = 0.0
     logits_bytes: int = 0
+    # Host work of the caller's (StepPlan.while_computing) done while the device still computed this step.
+    overlapped_s: float = 0.0
 
 
 @dataclass(slots=True, frozen=True)

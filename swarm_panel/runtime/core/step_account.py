@@ -36,6 +36,9 @@ class StepTotals:
     idle: float = 0.0
     steps: int = 0
     logits_bytes: int = 0
+    # Of `host`: work done while the device was computing a step (runtime.serving.engine_loop's overlap),
+    # which the device did not wait for.
+    overlapped: float = 0.0
 
     @property
     def busy(self) -> float:
@@ -48,8 +51,9 @@ class StepTotals:
 
     @property
     def host_share(self) -> float:
-        """The share of the steps' time that is not the device's compute: what the device waits for."""
-        return (self.busy - self.device) / self.busy if self.busy else 0.0
+        """The share of the steps' time the device waited for the host: all but its compute and the host
+        work that overlapped it."""
+        return (self.busy - self.device - self.overlapped) / self.busy if self.busy else 0.0
 
     @property
     def device_busy_share(self) -> float:
@@ -61,7 +65,8 @@ class StepTotals:
 
     def as_dict(self) -> dict[str, float]:
         out = {f"{part}_s": getattr(self, part) for part in PARTS}
-        out.update(steps=self.steps, logits_bytes=self.logits_bytes, host_share=self.host_share,
+        out.update(steps=self.steps, logits_bytes=self.logits_bytes, overlapped_s=self.overlapped,
+                   host_share=self.host_share,
                    device_busy_share=self.device_busy_share)
         return out
 
@@ -89,6 +94,7 @@ class StepAccount:
             if result is not None:
                 t.steps += 1
                 t.logits_bytes += result.logits_bytes
+                t.overlapped += result.overlapped_s
 
     def add_idle(self, seconds: float) -> None:
         with self._lock:

@@ -173,6 +173,8 @@ class LlamaEngine:
         self._model = self._ctx = None
         # The step being run's times (runtime.core.step_account), filled in as it runs.
         self._times = StepResult({}, 0.0)
+        # The step's host work to run while the device computes (StepPlan.while_computing), until it has run.
+        self._while_computing = None
         # Long shared heads' states kept across runs; None: not kept.
         self._prefix_keeper: PrefixKeeper | None = None
         self._batch: llama_cpp.llama_batch | None = None
@@ -222,6 +224,9 @@ class LlamaEngine:
         # The split layout's kernel and why, kept while widened, for `narrow` to bring back.
         self._split_attention: tuple[str, str] | None = None
         self.copies_prefixes = True
+        # With GPU offload llama_decode returns once the graph is queued, and the caller's host work
+        # (StepPlan.while_computing) overlaps the device's compute; on a CPU the call computes.
+        self.computes_async = not on_cpu(n_gpu_layers)
         # llama.cpp's backend sampling: a request's chain runs inside the compute graph, so only its
         # token comes back, not the vocabulary's logits (runtime.llama.sampling.runs_on_backend says which).
         self.backend_sampling = backend_sampling
@@ -523,6 +528,7 @@ class LlamaEngine:
             rows = [row for row in rows
                     if row.request.request_id not in errors and row.request.request_id not in refused]
         self._times = times = StepResult({}, 0.0)
+        self._while_computing = plan.while_computing
         admitted = self._admit(rows, errors)
         samples: dict[int, Sample] = {}
         done: list[tuple[int, Row]] = []
@@ -533,6 +539,7 @@ class LlamaEngine:
         except KVCacheFull:
             self._take_back(done, samples)
             raise
+        self._while_computing = None
         times.samples, times.errors, times.refused = samples, errors, refused
         times.duration_s = time.perf_counter() - started
         return times
@@ -974,7 +981,17 @@ class LlamaEngine:
         wall, cpu = time.perf_counter(), time.thread_time()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code == 0:
-            # On a card llama_decode returns once the graph is queued; the outputs are ready after this.
+            # On a card llama_decode returns once the graph is queued: the caller's host work runs while it
+            # computes (on a CPU the compute is done by now), then the outputs are ready after the sync.
+            if self._while_computing is not None:
+                work, self._while_computing = self._while_computing, None
+                work_wall, work_cpu = time.perf_counter(), time.thread_time()
+                work()
+                # The thread's own work, not the device's: overlapped where the device was still computing.
+                work_wall, work_cpu = time.perf_counter() - work_wall, time.thread_time() - work_cpu
+                wall, cpu = wall + work_wall, cpu + work_cpu
+                if self.computes_async:
+                    self._times.overlapped_s += work_wall
             llama_cpp.llama_synchronize(self._ctx)
         times = self._times
         times.device_s += time.perf_counter() - wall

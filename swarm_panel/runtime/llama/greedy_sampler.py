@@ -24,9 +24,9 @@ import numpy as np
 from swarm_panel.runtime.core.request import SamplingParams
 
 PENALTY_LAST_N = 64
-# Below this the chain's walk is cheaper than numpy's fixed cost per call: benchmarks/sampling_cost.py
-# gives 2-4 µs a row by the chain against 7-17 µs by numpy at the demo model's 392 tokens, 0.15-0.33
-# ms against 0.016-0.038 ms at SmolLM2's 49k; the two lines cross near 2,500 tokens.
+# Below this the chain's walk is cheaper than numpy's fixed cost per call: timed once (docs/benchmarks.md),
+# 2-4 µs a row by the chain against 7-17 µs by numpy at the demo model's 392 tokens, 0.15-0.33 ms against
+# 0.016-0.038 ms at SmolLM2's 49k; the two lines cross near 2,500 tokens.
 MIN_VOCAB = 4096
 
 

@@ -182,7 +182,8 @@ def run_closed_loop(
     started = clock.now()
     for agent in range(workload.agents):
         submit(agent, 0)
-    while scheduler.has_work:
+    # A loop that overlaps holds a step's outputs until the next computes: the last ones come out in flush.
+    while scheduler.has_work or loop.flush():
         if loop.step() is None and scheduler.waiting and not scheduler.num_running:
             wake = scheduler.next_admission_time()
             if wake is None:
