@@ -6,7 +6,7 @@ sampling nothing. Its text-generation rate at B is the limit of a build, a model
 the same kernels beats it. Ours here is the whole engine loop in this process (scheduler, batch, sampling,
 outputs), B requests of the same prompt length, timed from the first step with every lane decoding to the
 last. Both run split KV (a stream per sequence, batched-bench's default) in a context of B x (prompt +
-tokens), the same threads and attention kernel; rounds alternate, and the medians are printed with their
+tokens), the same threads, attention kernel and extra buffer types; rounds alternate, and the medians are printed with their
 ratio and where our steps' time went (runtime.core.step_account).
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import subprocess
 import time
@@ -97,6 +98,9 @@ def ours(args: argparse.Namespace, width: int) -> tuple[float, dict, dict]:
     options.n_ctx = width * (args.limit_prompt + args.limit_tokens)
     options.kv_unified = False
     options.prefix_cache = False
+    # A fixed count both sides run with: with none asked for, a CPU run's threads would follow other
+    # processes' load (runtime.llama.cpu_tuning.cpu_contention) mid-run.
+    options.threads = args.threads or len(os.sched_getaffinity(0))
     engine = engine_for(options, realtime=False, max_lanes=width)
     try:
         loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=width,
@@ -125,6 +129,7 @@ def ours(args: argparse.Namespace, width: int) -> tuple[float, dict, dict]:
         facts = engine.describe()
         setup = {"n_threads": facts["n_threads"], "flash_attn": facts["flash_attn"],
                  "backend_sampling": facts.get("backend_sampling"), "n_gpu_layers": facts["n_gpu_layers"],
+                 "extra_buffers": facts["extra_buffers"],
                  "model": str(engine.path)}
     finally:
         engine.close()
@@ -138,11 +143,13 @@ def batched_bench(args: argparse.Namespace, width: int, setup: dict) -> float:
                "-npp", str(args.limit_prompt), "-ntg", str(args.limit_tokens), "-npl", str(width),
                "-t", str(setup["n_threads"]), "-tb", str(setup["n_threads"]),
                "-fa", "on" if setup["flash_attn"] == "on" else "off",
-               "-ngl", str(999 if setup["n_gpu_layers"] else 0), "--output-format", "jsonl"]
+               "-ngl", str(999 if setup["n_gpu_layers"] else 0), "--output-format", "jsonl",
+               # llama.cpp's extra buffer types (repacked weights, AMX) as ours: they crash on some CPUs.
+               "--repack" if setup["extra_buffers"] else "--no-repack"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"llama-batched-bench failed ({done.returncode}): {done.stderr[-400:]}")
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if not results:
-        raise RuntimeError(f"llama-batched-bench printed no result: {done.stdout[-400:]}")
+        raise RuntimeError(f"llama-batched-bench printed no result: {done.stdout[-400:]} {done.stderr[-800:]}")
     return float(results[-1]["speed_tg"])
