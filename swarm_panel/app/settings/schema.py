@@ -42,7 +42,7 @@ class _ConfigFile(TomlConfigSettingsSource):
     def _read_file(self, file_path) -> dict:
         try:
             return super()._read_file(file_path)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             set_aside(file_path, f"not TOML: {exc}")
         except OSError as exc:
             log.warning("cannot read the config file %s (%s): the defaults are used", file_path, exc)
