@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from swarm_panel.runtime.core.careful_write import write_file
 
 
@@ -46,3 +48,32 @@ def test_a_status_bar_opened_after_the_failure_still_says_it(qtbot, tmp_path, in
     bar = StatusBar()
     qtbot.addWidget(bar)
     assert not bar.unwritable.isHidden() and str(cache) in bar.unwritable.text()
+
+
+@pytest.mark.slow
+def test_the_panel_opens_on_a_read_only_cache_and_says_so_once(qtbot, tmp_path, monkeypatch, inject, tiny_model_path):
+    from swarm_panel.app.service.engine_service import SwarmService
+    from swarm_panel.app.settings.schema import Settings
+    from swarm_panel.ui.shell.main_window import MainWindow
+    from swarm_panel.ui.toolkit.settings_store import SettingsStore
+
+    cache = inject.read_only(tmp_path / "cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("SWARM_PANEL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    settings = Settings(engine="llama", model=tiny_model_path, port=0, threads=1, extra_buffers="auto",
+                        flash_attn="on", n_ctx=2048)
+    service = SwarmService(settings)
+    window = MainWindow(service, SettingsStore(tmp_path / "panel.ini"))
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        with qtbot.waitSignal(window.engine_loaded, timeout=120_000) as loaded:
+            window.start_engine()
+        assert loaded.args == [None]  # loaded, no error
+        qtbot.waitUntil(lambda: not window.status.unwritable.isHidden(), timeout=5000)
+        shown = window.status.unwritable.text()
+        assert "probe verdicts will not be remembered" in shown and str(cache / "swarm-panel") in shown
+        assert list(cache.iterdir()) == [] or all(p.is_dir() for p in cache.rglob("*"))
+    finally:
+        window.close()
+        service.stop()
