@@ -122,5 +122,6 @@ def test_a_backend_killed_mid_stream_gives_every_client_a_typed_error_and_a_prop
 
     openai_error, anthropic_error = results["sdk"]
     assert isinstance(openai_error, openai.APIError) and openai_error.type == "server_error"
-    assert isinstance(anthropic_error, anthropic.APIStatusError) and anthropic_error.body["error"]["type"] == "api_error"
+    assert isinstance(anthropic_error, anthropic.APIStatusError)
+    assert anthropic_error.body["error"]["type"] == "api_error"
     assert "failed mid-stream" in gateway_proc.text()

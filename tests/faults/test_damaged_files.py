@@ -3,6 +3,7 @@ Qt cannot parse. Each: a clear message, the defaults (or nothing half-written) u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +29,8 @@ KILLED_MID_WRITE = textwrap.dedent("""
 def test_a_writer_killed_mid_write_leaves_only_a_temp_file_the_next_run_removes(tmp_path):
     target = tmp_path / "kept.json"
     target.write_bytes(b"the old whole file")
-    done = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(target)], env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(target)],
+                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert done.returncode == -signal.SIGKILL
     assert target.read_bytes() == b"the old whole file"  # never half of the new one
     [temp] = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -97,15 +99,25 @@ def test_panel_settings_qt_cannot_parse_are_set_aside(damage, tmp_path, qapp, ca
     assert SettingsStore(path).get("engine") == "modeled"  # the fresh file works
 
 
-def test_panel_settings_that_cannot_be_saved_are_told_once(tmp_path, qapp, caplog):
+@pytest.mark.parametrize("fault", ["not-a-folder", "tmpfs-full", "tmpfs-read-only"])
+def test_panel_settings_that_cannot_be_saved_are_told_once(fault, tmp_path, inject, qapp, caplog):
     from swarm_panel.ui.toolkit.settings_store import SettingsStore
+    from tests.faults.test_write_paths import broken_folder
 
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("a file where the settings folder should be")
-    store = SettingsStore(blocker / "panel.ini")
-    store.set("engine", "modeled")
-    with caplog.at_level(logging.WARNING):
-        store.sync()
-        store.sync()
-    assert blocker in careful_write.unwritable_folders()
-    assert sum("the panel's settings will not be remembered" in r.getMessage() for r in caplog.records) == 1
+    with contextlib.ExitStack() as stack:
+        if fault == "not-a-folder":
+            folder = tmp_path / "not-a-folder"
+            folder.write_text("a file where the settings folder should be")
+        else:
+            folder = stack.enter_context(broken_folder(fault, tmp_path, inject))
+        store = SettingsStore(folder / "panel.ini")
+        store.set("engine", "modeled")
+        with caplog.at_level(logging.WARNING):
+            store.sync()
+            store.set("engine", "llama")
+            store.sync()
+        assert folder in careful_write.unwritable_folders()
+        [told] = [r.getMessage() for r in caplog.records
+                  if "the panel's settings will not be remembered" in r.getMessage()]
+        assert str(folder) in told and "Qt could not write panel.ini" in told
+        assert store.get("engine") == "llama"  # the panel goes on with what it holds in memory

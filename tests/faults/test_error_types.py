@@ -74,7 +74,8 @@ def events(raw: bytes) -> list[tuple[str | None, str]]:
 
 
 def test_a_failed_chat_stream_ends_with_an_error_chunk_then_done():
-    [(_, error), (_, done)] = events(stream_failure("/v1/chat/completions", 502, "backend b died", code="backend_failed"))
+    ended = stream_failure("/v1/chat/completions", 502, "backend b died", code="backend_failed")
+    [(_, error), (_, done)] = events(ended)
     assert json.loads(error)["error"] == {"message": "backend b died", "type": "server_error", "param": None,
                                           "code": "backend_failed"}
     assert done == "[DONE]"

@@ -65,7 +65,8 @@ def test_a_failed_write_is_one_warning_per_folder_and_no_temp_file(broken, caplo
     try:
         with caplog.at_level(logging.WARNING):
             for _ in range(3):
-                assert careful_write.write_file(broken / "a.json", b"{}" * 4096, lost="x will not be remembered") is False
+                written = careful_write.write_file(broken / "a.json", b"{}" * 4096, lost="x will not be remembered")
+                assert written is False
     finally:
         stop()
     [warning] = warnings_about(caplog, "x will not be remembered")
@@ -162,3 +163,19 @@ def test_an_export_that_cannot_be_written_says_why_and_leaves_nothing(broken):
         with pytest.raises(OSError, match="could not write .*" + name):
             export_figures(broken / name, MetricsAggregator().snapshot(), StepFeed(), {})
     assert leftovers(broken) == []
+
+
+@pytest.mark.parametrize("fault", WHOLE_FILE_FAULTS)
+def test_a_png_export_that_cannot_be_written_says_why_and_leaves_nothing(fault, tmp_path, inject, qtbot):
+    from PySide6 import QtWidgets
+
+    from swarm_panel.ui.shell.export import export_png
+
+    widget = QtWidgets.QLabel("plots")
+    qtbot.addWidget(widget)
+    with broken_folder(fault, tmp_path, inject) as folder:
+        with pytest.raises(OSError, match="could not write"):
+            export_png(folder / "plots.png", widget)
+        assert leftovers(folder) == []
+    written = export_png(tmp_path / "plots.png", widget)
+    assert written.read_bytes().startswith(b"\x89PNG")

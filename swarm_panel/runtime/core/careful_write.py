@@ -88,8 +88,9 @@ def atomic_open(path: Path | str, mode: str = "wb", *, lost: str) -> Iterator[Ta
     """Opens a temp file beside `path`; on a clean exit it replaces `path` at once (os.replace).
 
     The target's file is None when the folder cannot be written: the caller skips its writing. Any failure, the caller's
-    included, removes the temp file; a machine fault (full disk, read-only, no permission) is reported once
-    per folder with `lost` and swallowed, anything else is re-raised after the clean-up.
+    included, removes the temp file; an OSError (a full disk, a read-only or forbidden folder, or another fault of
+    the machine's) is reported once per folder with `lost` and swallowed, anything else is re-raised after the
+    clean-up.
     """
     path = Path(path)
     folder = path.parent

@@ -14,8 +14,8 @@ removed. Its name is a hash of its tokens, and a lookup compares the tokens them
 Files are written on a thread of their own (a 21k-token head of a small model is ~0.5 GB: seconds of
 writing the engine thread would otherwise stall on), through runtime.core.careful_write: to a temporary
 name renamed into place, so a reader never sees half a file; a full or read-only disk leaves no temp
-file and costs only the reuse after a restart. A killed writer's temp file goes at the next load. Past the disk budget the least recently used files go, across every
-model's subfolder (a use touches the file).
+file and costs only the reuse after a restart. A killed writer's temp file goes at the next load. Past
+the disk budget the least recently used files go, across every model's subfolder (a use touches the file).
 """
 
 from __future__ import annotations

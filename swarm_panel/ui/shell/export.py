@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from PySide6 import QtCore
+
 from swarm_panel.app.service.step_feed import TICK_COLUMNS, StepFeed
 from swarm_panel.runtime.core.careful_write import unwritable_folders, write_file
 from swarm_panel.runtime.core.fit import ceiling_tok_s
@@ -64,15 +66,19 @@ def export_figures(path: str | Path, snapshot: MetricsSnapshot, feed: StepFeed, 
     return _written(path, json.dumps(_clean(data), indent=1, default=str))
 
 
-def _written(path: Path, text: str) -> Path:
+def _written(path: Path, data: str | bytes) -> Path:
     # Whole or not at all: a full disk leaves neither half an export nor a temp file; the dialog says why.
-    if not write_file(path, text.encode(), lost="the export is not written"):
+    if not write_file(path, data.encode() if isinstance(data, str) else data, lost="the export is not written"):
         raise OSError(f"could not write {path}: {unwritable_folders().get(path.parent, 'see the log')}")
     return path
 
 
 def export_png(path: str | Path, widget) -> Path:
-    path = Path(path)
-    if not widget.grab().save(str(path)):
-        raise OSError(f"could not write {path}")
-    return path
+    # Encoded in memory, then written by the careful writer: Qt's own save reports success on a full disk
+    # after writing nothing.
+    data = QtCore.QByteArray()
+    buffer = QtCore.QBuffer(data)
+    buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+    if not widget.grab().save(buffer, "PNG"):
+        raise OSError(f"Qt could not encode the plots of {widget}")
+    return _written(Path(path), bytes(data))

@@ -10,7 +10,6 @@ gateway adds them to the relayed stream, between its events.
 from __future__ import annotations
 
 import json
-
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -157,7 +157,7 @@ def read_verdicts(path: Path) -> dict:
 
 
 def write_verdicts(path: Path, records: dict) -> bool:
-    """Remembers `records`; False (one warning, the verdict kept for this run only) when the folder cannot be written."""
+    """Remembers `records`; False (one warning: the verdict serves this run only) where the folder cannot be written."""
     return write_file(path, json.dumps(records, indent=1), lost="probe verdicts will not be remembered")
 
 
