@@ -2,7 +2,9 @@
 letting a full, read-only or forbidden folder stop start-up or a request.
 
 A failed write becomes one warning per folder that names what is lost by not writing ("probe verdicts will not
-be remembered"); the program carries on in memory. `unwritable_folders()` lets a status bar say so once.
+be remembered"); the program carries on in memory. `unwritable_folders()` and `on_unwritable` let a status bar
+say so once. A temp file's name carries its writer's pid, so a later run removes what a killed writer left
+(`remove_dead_temps`); a damaged file of ours is moved aside for the user, never deleted (`set_aside`).
 """
 
 from __future__ import annotations
