@@ -30,7 +30,7 @@ RETRY_AFTER_S = 1
 
 # Who is at fault, by status, in each API's words: the client (4xx, a specific type where the API has one,
 # else invalid_request_error) or this server or one behind it (5xx: 500, 502 backend failed, 503 no capacity,
-# 504 timed out). `error_type` reads it; tests/app/endpoint/test_error_types.py walks every status emitted.
+# 504 timed out). `error_type` reads it; tests/faults/test_error_types.py walks every status the code emits.
 _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
@@ -49,7 +49,6 @@ _ANTHROPIC_TYPES = {
 # A Responses stream's `response.failed` carries a code, not a type.
 _RESPONSES_CODES = {429: "rate_limit_exceeded"}
 ANTHROPIC_PREFIX = "/v1/messages"
-API_KINDS = ("openai", "anthropic", "responses")
 
 
 def error_type(status: int, api: str = "openai") -> str:

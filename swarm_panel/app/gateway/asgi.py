@@ -174,8 +174,10 @@ class Forwarder:
         finally:
             await upstream.aclose()
             self.gateway.release(lease)
-        yield _error_event(path, upstream.status_code or 502, f"backend {lease.backend.label} answered "
-                                                              f"{upstream.status_code}: {_error_message(body)}")
+        # Its 4xx is the client's fault; anything else that is not a stream (a 5xx, a 200 of JSON) the backend's.
+        status = upstream.status_code if 400 <= upstream.status_code < 500 else 502
+        yield _error_event(path, status, f"backend {lease.backend.label} answered {upstream.status_code}: "
+                                         f"{_error_message(body)}")
 
     def _failed(self, label: str, exc: Exception) -> APIError:
         return APIError(502, f"backend {label} failed mid-request ({type(exc).__name__}: {exc}); retry",

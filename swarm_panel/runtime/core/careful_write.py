@@ -125,8 +125,8 @@ def atomic_open(path: Path | str, mode: str = "wb", *, lost: str) -> Iterator[Ta
 
 @contextlib.contextmanager
 def atomic_path(path: Path | str, *, lost: str) -> Iterator[Target]:
-    """As `atomic_open`, for a writer that opens the file itself: the target's `path` is a free temp name beside
-    `path` (not created), moved onto `path` on a clean exit."""
+    """As `atomic_open`, for a writer that opens the file itself: the target's `path` is an empty temp file beside
+    `path` for the writer to overwrite, moved onto `path` on a clean exit."""
     path = Path(path)
     folder = path.parent
     try:
