@@ -27,17 +27,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(tmp: Path) -> dict[str, str]:
+def _env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return dict(os.environ, SWARM_PANEL_CONFIG_FILE=str(tmp / "absent.toml"), PYTHONUNBUFFERED="1",
-                QT_QPA_PLATFORM="offscreen")
+                QT_QPA_PLATFORM="offscreen", **(extra or {}))
 
 
 class Proc:
-    def __init__(self, args: list[str], tmp: Path, name: str) -> None:
+    def __init__(self, args: list[str], tmp: Path, name: str, env: dict[str, str] | None = None) -> None:
         self.log = tmp / f"{name}.log"
         self._log = self.log.open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "swarm_panel.app.cli.main", *args], stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=_env(tmp))
+                                     stderr=subprocess.STDOUT, env=_env(tmp, env))
 
     def text(self) -> str:
         return self.log.read_text()

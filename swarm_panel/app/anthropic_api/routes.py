@@ -271,7 +271,9 @@ def anthropic_router(server: ServerCore) -> APIRouter:
             for chunk in writer.finish():
                 yield chunk
             if error is not None or reason == "error":
+                # The error event, then the stream's proper end (as app.endpoint.errors.stream_failure ends one).
                 yield sse_event(StreamError(error=ErrorDetail(message=error or "the engine failed")))
+                yield sse_event(MessageStop())
                 return
             sequence = run.handles[0].request.stop_sequence
             yield sse_event(MessageDelta(delta=StopDetails(stop_reason=stop_reason(reason, sequence),

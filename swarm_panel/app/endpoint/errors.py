@@ -2,7 +2,9 @@
 
 OpenAI's {"error": {"message", "type", "param", "code"}} everywhere (the Responses API included),
 except under /v1/messages, where Anthropic clients expect {"type": "error", "error": {"type", "message"}}.
-A client's mistake is always a 4xx with a message saying what to fix; a 500 means a bug here.
+A client's mistake is always a 4xx with a message saying what to fix; a 5xx is ours or a backend's, and its
+type says so (server_error; Anthropic's api_error or overloaded_error). A stream that fails after its 200
+ends with the API's own error event and proper end (`stream_failure`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -24,29 +28,45 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    500: "server_error",
-    503: "server_error",
-}
-
-
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
+# Who is at fault, by status, in each API's words: the client (4xx, a specific type where the API has one,
+# else invalid_request_error) or this server or one behind it (5xx: 500, 502 backend failed, 503 no capacity,
+# 504 timed out). `error_type` reads it; tests/faults/test_error_types.py walks every status the code emits.
+_OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
-    405: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
-    500: "api_error",
     503: "overloaded_error",
+    529: "overloaded_error",
 }
+# A Responses stream's `response.failed` carries a code, not a type.
+_RESPONSES_CODES = {429: "rate_limit_exceeded"}
 ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def error_type(status: int, api: str = "openai") -> str:
+    """The error type (a Responses stream: its failure code) for `status` in `api`'s words."""
+    if api == "anthropic":
+        return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if api == "responses":
+        return _RESPONSES_CODES.get(status, "server_error" if status >= 500 else "invalid_prompt")
+    return _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def api_of(path: str) -> str:
+    """Which API a route's clients speak, by its path (an agent's /agents/NAME/v1/... included)."""
+    if "/messages" in path:
+        return "anthropic"
+    if "/responses" in path:
+        return "responses"
+    return "openai"
 
 
 class ClientGone(Exception):
@@ -75,8 +95,7 @@ class APIError(Exception):
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"),
-                      "param": param, "code": code}}
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -113,7 +132,32 @@ def _is_type_tag(part: str) -> bool:
 
 
 def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    return {"type": "error", "error": {"type": error_type(status, "anthropic"), "message": message}}
+
+
+def stream_failure(path: str, status: int, message: str, *, code: str | None = None, response_id: str | None = None,
+                   sequence_number: int = 0, model: str = "") -> bytes:
+    """How a stream already answered 200 ends when it fails (`status` says who failed): the API's own error
+    event, then its proper end, so an SDK raises a typed error rather than a protocol error. Chat and
+    completions: an error chunk, then [DONE]. Responses: `response.failed`, its closing event. Messages: the
+    `error` event, then `message_stop`."""
+    api = api_of(path)
+    if api == "anthropic":
+        return (_sse(anthropic_error_body(status, message), "error")
+                + _sse({"type": "message_stop"}, "message_stop"))
+    if api == "responses":
+        response = {"id": response_id or f"resp_{uuid.uuid4().hex}", "object": "response",
+                    "created_at": int(time.time()), "status": "failed", "model": model, "output": [],
+                    "error": {"code": error_type(status, "responses"), "message": message},
+                    "incomplete_details": None}
+        return _sse({"type": "response.failed", "sequence_number": sequence_number, "response": response},
+                    "response.failed")
+    return _sse(error_body(status, message, code=code)) + b"data: [DONE]\n\n"
+
+
+def _sse(payload: dict[str, Any], event: str | None = None) -> bytes:
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 def check_api_key(expected: str | None, authorization: str | None, x_api_key: str | None = None) -> None:

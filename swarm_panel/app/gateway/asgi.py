@@ -31,6 +31,7 @@ from swarm_panel.app.endpoint.errors import (
     install_error_handlers,
     read_body,
     read_json,
+    stream_failure,
 )
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
 from swarm_panel.app.endpoint.streaming import KEEPALIVE, EventStreamResponse, relayed_with_heartbeat, unless_hung_up
@@ -66,12 +67,21 @@ def _beat(path: str) -> bytes:
     return PING if path.endswith("/messages") else KEEPALIVE
 
 
-def _error_event(path: str, message: str) -> bytes:
-    if path.endswith("/messages"):  # Anthropic's stream error shape
-        data = {"type": "error", "error": {"type": "api_error", "message": message}}
-        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
-    data = {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_failed"}}
-    return b"data: " + json.dumps(data).encode() + b"\n\n"
+def _error_event(path: str, status: int, message: str, tap: UsageTap | None = None) -> bytes:
+    """The end of a stream the gateway already answered 200: the API's error event and proper end, typed by
+    who failed (a backend's death: 502)."""
+    code = "backend_failed" if status >= 500 else None
+    if tap is None:
+        return stream_failure(path, status, message, code=code)
+    return stream_failure(path, status, message, code=code, response_id=tap.response_id,
+                          sequence_number=tap.next_sequence, model=tap.model or "")
+
+
+def _whole_events(pending: bytes) -> tuple[bytes, bytes]:
+    """`pending` cut after its last complete event: what may go on, and the rest, which waits for more."""
+    end = max((at + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (at := pending.rfind(sep)) >= 0),
+              default=0)
+    return pending[:end], pending[end:]
 
 
 class Forwarder:
@@ -145,7 +155,7 @@ class Forwarder:
         try:
             upstream, lease = answering.result()
         except APIError as exc:
-            yield _error_event(path, exc.message)
+            yield _error_event(path, exc.status, exc.message)
             return
         content_type = upstream.headers.get("content-type", "")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
@@ -164,8 +174,10 @@ class Forwarder:
         finally:
             await upstream.aclose()
             self.gateway.release(lease)
-        yield _error_event(path, f"backend {lease.backend.label} answered {upstream.status_code}: "
-                                 f"{_error_message(body)}")
+        # Its 4xx is the client's fault; anything else that is not a stream (a 5xx, a 200 of JSON) the backend's.
+        status = upstream.status_code if 400 <= upstream.status_code < 500 else 502
+        yield _error_event(path, status, f"backend {lease.backend.label} answered {upstream.status_code}: "
+                                         f"{_error_message(body)}")
 
     def _failed(self, label: str, exc: Exception) -> APIError:
         return APIError(502, f"backend {label} failed mid-request ({type(exc).__name__}: {exc}); retry",
@@ -209,6 +221,9 @@ class Forwarder:
         tap = UsageTap()
         backend = lease.backend
         noted = False
+        # Only whole events go on: a backend dying mid-event must not leave the client half a JSON line
+        # before the error event, which its SDK would take for a protocol error.
+        pending = b""
         chunks = relayed_with_heartbeat(upstream.aiter_raw(), every_s, _beat(path))
         try:
             async for chunk in chunks:
@@ -217,12 +232,16 @@ class Forwarder:
                     # Noted at response.created, so a follow-up sent the moment the stream ends finds it.
                     self.gateway.response_homes.note(tap.response_id, backend.label)
                     noted = True
-                yield chunk
+                whole, pending = _whole_events(pending + chunk)
+                if whole:
+                    yield whole
+            if pending:
+                yield pending
         except httpx.HTTPError as exc:
             log.warning("backend %s failed mid-stream: %s", backend.label, exc)
             self.gateway.backend_failed(lease, f"failed mid-stream: {exc}")
-            yield _error_event(path, f"backend {backend.label} failed mid-stream ({type(exc).__name__}); "
-                                     "this response is incomplete, retry it")
+            yield _error_event(path, 502, f"backend {backend.label} failed mid-stream ({type(exc).__name__}); "
+                                          "this response is incomplete, retry it", tap)
         finally:
             # On a hang-up this runs as the stream is cancelled (Starlette's anyio scope cancels again at
             # every await, hence the shield) or closed. The keep-alives' read of the backend, under way

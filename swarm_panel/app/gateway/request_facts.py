@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,9 @@ def response_id(payload: Any) -> str | None:
     return None
 
 
+_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
+
+
 class UsageTap:
     """Watches relayed SSE bytes for the events that carry usage and a response's id, without holding
     the stream back."""
@@ -135,6 +139,9 @@ class UsageTap:
         self._tail = b""
         self.found: tuple[int, int] | None = None
         self.response_id: str | None = None
+        self.model: str | None = None
+        # A Responses stream's next sequence number: what a failure event the gateway adds must carry.
+        self.next_sequence = 0
 
     def feed(self, chunk: bytes) -> None:
         lines = (self._tail + chunk).split(b"\n")
@@ -142,9 +149,13 @@ class UsageTap:
         for line in lines:
             if self.response_id is None and line.startswith(b"data:") and b'"response.created"' in line:
                 try:
-                    self.response_id = response_id(json.loads(line[5:]))
-                except ValueError:
+                    created = json.loads(line[5:])
+                    self.response_id = response_id(created)
+                    self.model = str(created.get("response", {}).get("model") or "") or None
+                except (ValueError, AttributeError):
                     pass
+            if line.startswith(b"data:") and (sequence := _SEQUENCE.search(line)) is not None:
+                self.next_sequence = max(self.next_sequence, int(sequence[1]) + 1)
             if line.startswith(b"data:") and (b'"usage"' in line or b'"timings"' in line):
                 try:
                     found = prompt_usage(json.loads(line[5:]))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_panel.app.endpoint.agent_paths import agent_base_url
+from swarm_panel.runtime.core.careful_write import write_file
 
 DEFAULT_MODEL = "swarm-panel"  # the server answers any model name with the model it has loaded
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # per response: long enough for an edit, short enough for a CPU
@@ -92,8 +93,9 @@ def prepare(recipe: str, job: Job) -> Launch:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    # A harness without its config would talk to the user's own provider: the launch fails instead.
+    if not write_file(path, text.encode(), lost="the harness does not start"):
+        raise OSError(f"cannot write the harness's config {path}")
     return path
 
 

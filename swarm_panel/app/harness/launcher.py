@@ -129,10 +129,11 @@ class Launcher:
         return started
 
     async def _spawn(self, run: HarnessRun, executable: str, server_url: str) -> None:
-        if self.state_dir is not None:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-        run.home = free_home(Path(self.state_dir or tempfile.gettempdir()), run.kind.key)
         try:
+            # A folder that cannot be written fails this launch with its reason, never the caller.
+            if self.state_dir is not None:
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+            run.home = free_home(Path(self.state_dir or tempfile.gettempdir()), run.kind.key)
             launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, run.folder, run.task,
                                                        run.home, self.options))
             process = await asyncio.create_subprocess_exec(

@@ -113,12 +113,11 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
         if not on_cpu(n_gpu_layers):
             return shipped, None
         progress(f"preparing an F16 copy of {shipped.name} for the CPU (written once)", None)
-        try:
-            return cpu_copy(shipped), (f"The bundled {shipped.name}, served from an F16 copy: on a CPU, batched "
-                                       "Q4_1 decoding drifts from decoding alone; F16 keeps a batch's tokens.")
-        except OSError as exc:
-            log.warning("%s; serving the Q4_1 file as shipped", exc)
+        copy = cpu_copy(shipped)  # None, with a warning, where it cannot be written: the file as shipped serves
+        if copy is None:
             return shipped, None
+        return copy, (f"The bundled {shipped.name}, served from an F16 copy: on a CPU, batched "
+                      "Q4_1 decoding drifts from decoding alone; F16 keeps a batch's tokens.")
     if str(model) == DEMO_ALIAS and not Path(model).exists():
         progress("writing the random-weight demo model (once)", None)
         return ensure_demo_model(), None

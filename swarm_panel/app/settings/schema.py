@@ -7,7 +7,9 @@ config file in the user's config folder, the defaults here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -16,10 +18,13 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from swarm_panel.app.settings.backends import BackendConfig
+from swarm_panel.runtime.core.careful_write import set_aside
 from swarm_panel.runtime.core.config import MAX_LANES, SPLIT_KV_MIN_LANE_TOKENS, SchedulerConfig
 from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.scheduling.limits import DEFAULT_MAX_TOKENS
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "swarm-panel"
 
@@ -27,6 +32,21 @@ APP_NAME = "swarm-panel"
 def config_file() -> Path:
     override = os.environ.get("SWARM_PANEL_CONFIG_FILE")
     return Path(override) if override else platformdirs.user_config_path(APP_NAME) / "config.toml"
+
+
+class _ConfigFile(TomlConfigSettingsSource):
+    """The config file, where a file that is not TOML is set aside (kept, renamed) with one warning naming where,
+    and the defaults serve: a damaged file must not keep the server or the panel from starting. A file that parses
+    but holds a wrong value is still refused, by the value's name."""
+
+    def _read_file(self, file_path) -> dict:
+        try:
+            return super()._read_file(file_path)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            set_aside(file_path, f"not TOML: {exc}")
+        except OSError as exc:
+            log.warning("cannot read the config file %s (%s): the defaults are used", file_path, exc)
+        return {}
 
 
 class Settings(BaseSettings):
@@ -151,7 +171,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
+        return init_settings, env_settings, _ConfigFile(settings_cls, toml_file=config_file())
 
     def scheduler_config(self, running: SchedulerConfig | None = None) -> SchedulerConfig:
         """The scheduler these settings ask for; `running` lends what Settings does not hold (agent maps)."""

@@ -2,7 +2,9 @@
 letting a full, read-only or forbidden folder stop start-up or a request.
 
 A failed write becomes one warning per folder that names what is lost by not writing ("probe verdicts will not
-be remembered"); the program carries on in memory. `unwritable_folders()` lets a status bar say so once.
+be remembered"); the program carries on in memory. `unwritable_folders()` and `on_unwritable` let a status bar
+say so once. A temp file's name carries its writer's pid, so a later run removes what a killed writer left
+(`remove_dead_temps`); a damaged file of ours is moved aside for the user, never deleted (`set_aside`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -31,10 +34,12 @@ _listeners: list[Callable[[Path, str], None]] = []
 
 class Target:
     """What `atomic_open` yields: `file` to write to (None when the folder cannot be written), and `ok`, True
-    once the file replaced its destination."""
+    once the file replaced its destination. `atomic_path` yields `path` instead: a temp name for a writer that
+    takes a file name (llama.cpp's quantizer, gguf's writer), None when the folder cannot be written."""
 
-    def __init__(self, file: IO | None) -> None:
+    def __init__(self, file: IO | None, path: Path | None = None) -> None:
         self.file = file
+        self.path = path
         self.ok = False
 
 
@@ -44,17 +49,26 @@ def unwritable_folders() -> dict[Path, str]:
         return dict(_unwritable)
 
 
-def on_unwritable(listener: Callable[[Path, str], None]) -> None:
-    """Calls `listener(folder, message)` the first time a write in a folder fails (from the writing thread)."""
+def on_unwritable(listener: Callable[[Path, str], None]) -> Callable[[], None]:
+    """Calls `listener(folder, message)` the first time a write in a folder fails (from the writing thread);
+    returns what stops it."""
     with _lock:
         _listeners.append(listener)
+
+    def stop() -> None:
+        with _lock:
+            if listener in _listeners:
+                _listeners.remove(listener)
+
+    return stop
 
 
 def describe(exc: OSError) -> str:
     return MACHINE_FAULTS.get(exc.errno, exc.strerror or str(exc))
 
 
-def _report(folder: Path, exc: OSError, lost: str) -> None:
+def report(folder: Path, exc: OSError, lost: str) -> None:
+    """One warning per folder naming what is lost, and the listeners told: for a writer of its own (QSettings)."""
     message = f"cannot write in {folder} ({describe(exc)}): {lost}"
     with _lock:
         first = folder not in _unwritable
@@ -76,16 +90,18 @@ def atomic_open(path: Path | str, mode: str = "wb", *, lost: str) -> Iterator[Ta
     """Opens a temp file beside `path`; on a clean exit it replaces `path` at once (os.replace).
 
     The target's file is None when the folder cannot be written: the caller skips its writing. Any failure, the caller's
-    included, removes the temp file; a machine fault (full disk, read-only, no permission) is reported once
-    per folder with `lost` and swallowed, anything else is re-raised after the clean-up.
+    included, removes the temp file; an OSError (a full disk, a read-only or forbidden folder, or another fault of
+    the machine's) is reported once per folder with `lost` and swallowed, anything else is re-raised after the
+    clean-up.
     """
     path = Path(path)
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        # The writer's pid in the name lets a later run tell a dead writer's temp file (`remove_dead_temps`).
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     except OSError as exc:
-        _report(folder, exc, lost)
+        report(folder, exc, lost)
         yield Target(None)
         return
     try:
@@ -98,7 +114,38 @@ def atomic_open(path: Path | str, mode: str = "wb", *, lost: str) -> Iterator[Ta
         target.ok = True
     except OSError as exc:
         _discard(temp)
-        _report(folder, exc, lost)
+        report(folder, exc, lost)
+    except BaseException:
+        _discard(temp)
+        raise
+    else:
+        with _lock:
+            _unwritable.pop(folder, None)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str, *, lost: str) -> Iterator[Target]:
+    """As `atomic_open`, for a writer that opens the file itself: the target's `path` is an empty temp file beside
+    `path` for the writer to overwrite, moved onto `path` on a clean exit."""
+    path = Path(path)
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # Probes the folder as mkstemp would, and reserves a name the writer then replaces.
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as exc:
+        report(folder, exc, lost)
+        yield Target(None)
+        return
+    target = Target(None, Path(temp))
+    try:
+        yield target
+        os.replace(temp, path)
+        target.ok = True
+    except OSError as exc:
+        _discard(temp)
+        report(folder, exc, lost)
     except BaseException:
         _discard(temp)
         raise
@@ -122,8 +169,46 @@ def make_folder(folder: Path | str, *, lost: str) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _report(folder, exc, lost)
+        report(folder, exc, lost)
         return False
+    return True
+
+
+def set_aside(path: Path | str, why: str) -> Path | None:
+    """Moves a damaged file of ours out of the way, kept beside it for the user (`NAME.bad-TIME`), never deleted;
+    returns where it went (None where it could not be moved: it is then only ignored). One warning says so."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.warning("%s is damaged (%s) and is ignored; it could not be moved aside (%s)", path, why, describe(exc))
+        return None
+    log.warning("%s is damaged (%s): moved to %s; the defaults are used", path, why, aside.name)
+    return aside
+
+
+def remove_dead_temps(folder: Path | str) -> list[Path]:
+    """Removes the temp files in `folder` whose writer is no longer running (a process killed mid-write);
+    returns them. A live writer's temp, or one whose writer cannot be told, is left alone."""
+    removed = []
+    for temp in Path(folder).glob(".*.tmp"):
+        pid = temp.name.removesuffix(".tmp").split(".")[-2]
+        if pid.isdigit() and not _running(int(pid)):
+            _discard(str(temp))
+            removed.append(temp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's
+        return True
     return True
 
 

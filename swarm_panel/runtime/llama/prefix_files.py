@@ -12,9 +12,10 @@ magic, version, facts, length, tokens or CRC do not match what is asked is never
 removed. Its name is a hash of its tokens, and a lookup compares the tokens themselves.
 
 Files are written on a thread of their own (a 21k-token head of a small model is ~0.5 GB: seconds of
-writing the engine thread would otherwise stall on), to a temporary name renamed into place, so a
-reader never sees half a file. Past the disk budget the least recently used files go, across every
-model's subfolder (a use touches the file).
+writing the engine thread would otherwise stall on), through runtime.core.careful_write: to a temporary
+name renamed into place, so a reader never sees half a file; a full or read-only disk leaves no temp
+file and costs only the reuse after a restart. A killed writer's temp file goes at the next load. Past
+the disk budget the least recently used files go, across every model's subfolder (a use touches the file).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import llama_cpp
 import numpy as np
 import platformdirs
 
+from swarm_panel.runtime.core.careful_write import atomic_open, remove_dead_temps
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"SPPREFIX"
@@ -47,6 +50,8 @@ SUFFIX = ".prefix"
 MAX_HEADER_BYTES = 1 << 16
 # A temporary file older than this was left by a writer that died.
 STALE_TEMP_S = 3600.0
+# What a folder that cannot be written costs (careful_write's warning).
+LOST = "prefixes will be recomputed after a restart"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,8 @@ class PrefixFiles:
         """(tokens, state bytes) of every good file in the folder, least recently used first; files that
         are not good are removed."""
         found: list[tuple[float, np.ndarray, int]] = []
+        for temp in remove_dead_temps(self.folder):
+            log.warning("stored prefix %s removed: left by a writer that died", temp.name)
         for path in self.folder.glob("*" + SUFFIX):
             try:
                 with open(path, "rb") as f:
@@ -204,16 +211,15 @@ class PrefixFiles:
     def _write(self, tokens: np.ndarray, data: ctypes.Array) -> None:
         header = json.dumps({"facts": self.facts, "num_tokens": len(tokens), "state_bytes": len(data),
                              "state_crc32": zlib.crc32(data)}).encode()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / _name(tokens)
-        temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(temp, "wb") as f:
-            f.write(_FIXED.pack(MAGIC, FORMAT_VERSION, len(header)))
-            f.write(header)
-            f.write(np.asarray(tokens, dtype="<i4").tobytes())
-            f.write(memoryview(data))
-        os.replace(temp, path)
-        log.info("stored a prefix of %d tokens on disk (%d bytes)", len(tokens), len(data))
+        with atomic_open(self.folder / _name(tokens), "wb", lost=LOST) as target:
+            if target.file is None:
+                return
+            target.file.write(_FIXED.pack(MAGIC, FORMAT_VERSION, len(header)))
+            target.file.write(header)
+            target.file.write(np.asarray(tokens, dtype="<i4").tobytes())
+            target.file.write(memoryview(data))
+        if target.ok:
+            log.info("stored a prefix of %d tokens on disk (%d bytes)", len(tokens), len(data))
 
     def _keep_within_budget(self) -> None:
         """Removes the least recently used files, every model's, past the disk budget."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 import platformdirs
+
+from swarm_panel.runtime.core.careful_write import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,9 @@ def bundled_model_path() -> Path:
     return path
 
 
-def cpu_copy(source: Path | None = None, target: Path | None = None) -> Path:
-    """An F16 copy of the bundled model, written once by llama.cpp's own quantizer.
+def cpu_copy(source: Path | None = None, target: Path | None = None) -> Path | None:
+    """An F16 copy of the bundled model, written once by llama.cpp's own quantizer; None (one warning) where
+    it cannot be written.
 
     Batched Q4_1 decoding on the CPU drifts: a sequence decoded beside others leaves the same
     sequence decoded alone after a few dozen greedy tokens. From F16 weights it keeps its tokens in a
@@ -52,20 +54,18 @@ def cpu_copy(source: Path | None = None, target: Path | None = None) -> Path:
     target = target or platformdirs.user_data_path("swarm-panel") / (source.stem.replace(".Q4_1", "") + ".F16.gguf")
     if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
     ensure_backend()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
     params.allow_requantize = True
     params.nthread = 1
-    try:
-        if llama_cpp.llama_model_quantize(os.fsencode(source), os.fsencode(tmp), ctypes.byref(params)) != 0:
+    with atomic_path(target, lost=f"{source.name} is served as shipped, whose batched decoding drifts") as temp:
+        if temp.path is None:
+            return None
+        if llama_cpp.llama_model_quantize(os.fsencode(source), os.fsencode(temp.path), ctypes.byref(params)) != 0:
             reason = "; ".join(take_recent_problems()) or "llama_model_quantize failed"
             raise OSError(f"could not write an F16 copy of {source.name}: {reason}")
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    if not temp.ok:
+        return None
     log.info("wrote %s, an F16 copy of %s for CPU runs", target, source.name)
     return target

@@ -16,6 +16,7 @@ import gguf
 import numpy as np
 import platformdirs
 
+from swarm_panel.runtime.core.careful_write import atomic_path
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE
 from swarm_panel.runtime.models.demo_hybrid import (
     HYBRID_SHAPES,
@@ -201,17 +202,24 @@ def default_demo_model_path(size: DemoSize = "demo", arch: DemoArch = "llama", n
 
 def ensure_demo_model(size: DemoSize = "demo", path: str | os.PathLike[str] | None = None,
                       arch: DemoArch = "llama", n_vocab: int = 0) -> Path:
-    """Write the demo model once (atomically) and reuse it afterwards."""
+    """Write the demo model once (atomically) and reuse it afterwards. Where the user's data folder cannot be
+    written, the model goes to the temp folder for this run (one warning), so a read-only home still serves."""
     target = Path(path) if path is not None else default_demo_model_path(size, arch, n_vocab)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        write_demo_model(tmp_name, size, arch=arch, n_vocab=n_vocab)
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+    lost = "the demo model is written to the temp folder instead" if path is None else "the demo model is not written"
+    if _written(target, size, arch, n_vocab, lost):
+        return target
+    if path is None:
+        spare = Path(tempfile.gettempdir()) / f"swarm-panel-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+        fallback = spare / target.name
+        if fallback.is_file() or _written(fallback, size, arch, n_vocab, "the demo model cannot be written anywhere"):
+            return fallback
+    raise OSError(f"cannot write the demo model at {target}")
+
+
+def _written(target: Path, size: DemoSize, arch: DemoArch, n_vocab: int, lost: str) -> bool:
+    with atomic_path(target, lost=lost) as temp:
+        if temp.path is not None:
+            write_demo_model(temp.path, size, arch=arch, n_vocab=n_vocab)
+    return temp.ok

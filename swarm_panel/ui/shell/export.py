@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+from PySide6 import QtCore
+
 from swarm_panel.app.service.step_feed import TICK_COLUMNS, StepFeed
+from swarm_panel.runtime.core.careful_write import unwritable_folders, write_file
 from swarm_panel.runtime.core.fit import ceiling_tok_s
 from swarm_panel.runtime.serving.metrics import MetricsSnapshot
 
@@ -49,22 +53,32 @@ def export_figures(path: str | Path, snapshot: MetricsSnapshot, feed: StepFeed, 
     path = Path(path)
     figures = snapshot_dict(snapshot)
     if path.suffix.lower() == ".csv":
-        with path.open("w", newline="") as f:
-            for key, value in figures.items():
-                if not isinstance(value, (dict, list)):
-                    f.write(f"# {key},{'' if value is None else value}\n")
-            writer = csv.DictWriter(f, fieldnames=TICK_COLUMNS)
-            writer.writeheader()
-            for row in series_rows(feed):
-                writer.writerow({k: "" if not math.isfinite(v) else f"{v:.6g}" for k, v in row.items()})
-        return path
+        text = io.StringIO(newline="")
+        for key, value in figures.items():
+            if not isinstance(value, (dict, list)):
+                text.write(f"# {key},{'' if value is None else value}\n")
+        writer = csv.DictWriter(text, fieldnames=TICK_COLUMNS)
+        writer.writeheader()
+        for row in series_rows(feed):
+            writer.writerow({k: "" if not math.isfinite(v) else f"{v:.6g}" for k, v in row.items()})
+        return _written(path, text.getvalue())
     data = {"figures": figures, **extra, "series": series_rows(feed)}
-    path.write_text(json.dumps(_clean(data), indent=1, default=str))
+    return _written(path, json.dumps(_clean(data), indent=1, default=str))
+
+
+def _written(path: Path, data: str | bytes) -> Path:
+    # Whole or not at all: a full disk leaves neither half an export nor a temp file; the dialog says why.
+    if not write_file(path, data.encode() if isinstance(data, str) else data, lost="the export is not written"):
+        raise OSError(f"could not write {path}: {unwritable_folders().get(path.parent, 'see the log')}")
     return path
 
 
 def export_png(path: str | Path, widget) -> Path:
-    path = Path(path)
-    if not widget.grab().save(str(path)):
-        raise OSError(f"could not write {path}")
-    return path
+    # Encoded in memory, then written by the careful writer: Qt's own save reports success on a full disk
+    # after writing nothing.
+    data = QtCore.QByteArray()
+    buffer = QtCore.QBuffer(data)
+    buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+    if not widget.grab().save(buffer, "PNG"):
+        raise OSError(f"Qt could not encode the plots of {widget}")
+    return _written(Path(path), bytes(data))

@@ -1,22 +1,55 @@
-"""Status bar: the fitted step line t(B) = a + b*B, the ceiling it implies, step rate, address."""
+"""Status bar: the fitted step line t(B) = a + b*B, the ceiling it implies, step rate, address, and once per
+folder that the program cannot write in (runtime.core.careful_write), what it therefore keeps only in memory."""
 
 from __future__ import annotations
 
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
+from swarm_panel.runtime.core.careful_write import on_unwritable, unwritable_folders
 from swarm_panel.runtime.core.fit import StepLine
 
 
 class StatusBar(QtWidgets.QStatusBar):
+    # careful_write calls its listeners on the writing thread (the engine's, the prefix writer's): a signal
+    # carries the news to the GUI thread.
+    unwritable_found = QtCore.Signal(str, str)
+
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.step_line = QtWidgets.QLabel("t(B): waiting for decode steps at two widths")
         self.ceiling = QtWidgets.QLabel("ceiling: –")
         self.rate = QtWidgets.QLabel("0 steps/s")
         self.address = QtWidgets.QLabel("not listening")
+        self.unwritable = QtWidgets.QLabel()
+        self.unwritable.setObjectName("unwritable")
+        self.unwritable.hide()
+        self._unwritable_shown: dict[str, str] = {}
         for label in (self.step_line, self.ceiling, self.rate):
             self.addWidget(label)
+        self.addPermanentWidget(self.unwritable)
         self.addPermanentWidget(self.address)
+        self.unwritable_found.connect(self.show_unwritable, QtCore.Qt.ConnectionType.QueuedConnection)
+        stop = on_unwritable(self._unwritable_elsewhere)
+        self.destroyed.connect(lambda *_: stop())
+        for folder, message in unwritable_folders().items():
+            self.show_unwritable(str(folder), message)
+
+    def _unwritable_elsewhere(self, folder, message: str) -> None:
+        try:
+            self.unwritable_found.emit(str(folder), message)
+        except RuntimeError:  # the bar is gone (its window closed) while a write failed
+            pass
+
+    def show_unwritable(self, folder: str, message: str) -> None:
+        """Says once per folder that it cannot be written: the newest in the bar, all of them in its tooltip."""
+        if folder in self._unwritable_shown:
+            return
+        self._unwritable_shown[folder] = message
+        count = len(self._unwritable_shown)
+        more = f" (and {count - 1} more folders)" if count > 1 else ""
+        self.unwritable.setText(f"⚠ {message}; kept in memory{more}")
+        self.unwritable.setToolTip("\n".join(self._unwritable_shown.values()))
+        self.unwritable.show()
 
     def show_figures(self, line: StepLine | None, num_lanes: int, step_rate: float, mean_step_ms: float,
                      model_line: StepLine | None = None, measured_ms: float | None = None,

@@ -9,6 +9,7 @@ gateway adds them to the relayed stream, between its events.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,7 +95,10 @@ def test_a_queued_request_the_backend_refuses_ends_with_an_error_event(one_slot)
     events = _events(one_slot, "/v1/chat/completions",
                      {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "n": 99})
     assert events[0] == b": keep-alive\n\n"
-    assert b'"code": "backend_failed"' in events[-1] and b"answered 400" in events[-1]
+    # The client's mistake, as the backend said: typed as such, then the stream's proper end.
+    error = json.loads(events[-2].removeprefix(b"data: "))["error"]
+    assert error["type"] == "invalid_request_error" and "answered 400" in error["message"]
+    assert events[-1] == b"data: [DONE]\n\n"
 
 
 def _forwarded(gateway_url: str) -> float:

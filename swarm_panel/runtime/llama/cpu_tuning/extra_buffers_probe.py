@@ -17,11 +17,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
+from swarm_panel.runtime.core.careful_write import write_file
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +156,9 @@ def read_verdicts(path: Path) -> dict:
         return {}
 
 
-def write_verdicts(path: Path, records: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(records, f, indent=1)
-    os.replace(tmp, path)
+def write_verdicts(path: Path, records: dict) -> bool:
+    """Remembers `records`; False (one warning: the verdict serves this run only) where the folder cannot be written."""
+    return write_file(path, json.dumps(records, indent=1), lost="probe verdicts will not be remembered")
 
 
 def batch_logits(model_path: str, extra_buffers: bool) -> list[list[float]]:

@@ -183,10 +183,7 @@ def _remember(cache_path: Path, machine: str, model: str, layout: ProbeLayout, d
         layouts.clear()
     reason = decision.reason.removesuffix(" (remembered)")
     layouts[str(layout)] = {"setting": decision.setting, "reason": reason, "curve": curve and curve.as_dict()}
-    try:
-        write_verdicts(cache_path, records)
-    except OSError as exc:
-        log.warning("cannot remember the flash attention verdict in %s: %s", cache_path, exc)
+    write_verdicts(cache_path, records)
     return replace(decision, curve=curve)
 
 
