@@ -6,8 +6,8 @@ sampling nothing. Its text-generation rate at B is the limit of a build, a model
 the same kernels beats it. Ours here is the whole engine loop in this process (scheduler, batch, sampling,
 outputs), B requests of the same prompt length, timed from the first step with every lane decoding to the
 last. Both run split KV (a stream per sequence, batched-bench's default) in a context of B x (prompt +
-tokens), the same threads, attention kernel and extra buffer types; rounds alternate, and the medians are printed with their
-ratio and where our steps' time went (runtime.core.step_account).
+tokens), the same threads, attention kernel and extra buffer types; rounds alternate, and the medians are
+printed with their ratio and where our steps' time went (runtime.core.step_account).
 """
 
 from __future__ import annotations
