@@ -139,6 +139,10 @@ peer_workload_args() {  # WORKLOAD: docs/benchmarks.md's swarm workloads, one ro
     printf '%s\n' "$repo/benchmarks/peer_servers.py" --llama-server "$BUILD/bin/llama-server" --model "$MODEL" \
         --only swarm-panel --only llama-server --logs "$WORK/peer-logs" --workload "$1" --rounds 1 \
         --round-limit 100 --ours-arg=--n-gpu-layers=-1 --peer-arg=-ngl --peer-arg=999
+    # The shared head is 20k tokens: llama-server caps a slot at the trained context, which the rehearsal's
+    # tiny qwen35 holds at 4,096 (the 9B shape's is 262,144), so the check names one that holds it.
+    [ "$1" = harness-prefix ] && printf '%s\n' --peer-arg=--override-kv --peer-arg=qwen35.context_length=int:32768
+    return 0
 }
 
 # shellcheck disable=SC2034  # `into` names the caller's array

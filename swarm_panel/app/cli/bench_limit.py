@@ -32,6 +32,10 @@ from swarm_panel.runtime.serving.engine_loop import EngineLoop
 
 log = logging.getLogger(__name__)
 
+# llama.cpp's logger writes from a thread of its own, and a process that ends at once has been seen
+# (rarely, on a loaded machine) to exit 0 before the result line was out.
+BATCHED_BENCH_TRIES = 3
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from swarm_panel.app.cli.bench import int_list
@@ -146,10 +150,14 @@ def batched_bench(args: argparse.Namespace, width: int, setup: dict) -> float:
                "-ngl", str(999 if setup["n_gpu_layers"] else 0), "--output-format", "jsonl",
                # llama.cpp's extra buffer types (repacked weights, AMX) as ours: they crash on some CPUs.
                "--repack" if setup["extra_buffers"] else "--no-repack"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"llama-batched-bench failed ({done.returncode}): {done.stderr[-400:]}")
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if not results:
-        raise RuntimeError(f"llama-batched-bench printed no result: {done.stdout[-400:]} {done.stderr[-800:]}")
-    return float(results[-1]["speed_tg"])
+    # A libstdc++ preloaded for llama_cpp's sake (benchmarks/gpu_check.sh) leaves this C++ program silent.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    for _ in range(BATCHED_BENCH_TRIES):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"llama-batched-bench failed ({done.returncode}): {done.stderr[-400:]}")
+        results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if results:
+            return float(results[-1]["speed_tg"])
+        log.warning("llama-batched-bench exited without its result line; running it again")
+    raise RuntimeError(f"llama-batched-bench printed no result: {done.stdout[-400:]} {done.stderr[-800:]}")
