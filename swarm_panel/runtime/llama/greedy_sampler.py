@@ -15,7 +15,10 @@ promise.
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 
 import llama_cpp
@@ -28,6 +31,8 @@ PENALTY_LAST_N = 64
 # 2-4 µs a row by the chain against 7-17 µs by numpy at the demo model's 392 tokens, 0.15-0.33 ms against
 # 0.016-0.038 ms at SmolLM2's 49k; the two lines cross near 2,500 tokens.
 MIN_VOCAB = 4096
+# A block of rows this large (16 MB of float32: 16 rows of Qwen3.5's 248k tokens) is read by several threads.
+PARALLEL_ARGMAX_ELEMENTS = 1 << 22
 
 
 def takes_greedy_sampler(sampling: SamplingParams, n_vocab: int) -> bool:
@@ -110,6 +115,30 @@ class GreedySampler:
         return self._bias_ids.tobytes() + self._bias.tobytes()
 
 
+def argmax_rows(block: np.ndarray) -> np.ndarray:
+    """Each row's argmax; a block of many large rows is split across threads (numpy's argmax lets go of the
+    GIL), since reading it from memory is the cost and the device is idle meanwhile."""
+    if block.size < PARALLEL_ARGMAX_ELEMENTS or len(block) < 2:
+        return np.argmax(block, axis=1)
+    pool, workers = _argmax_pool()
+    parts = np.array_split(np.arange(len(block)), workers)
+    picks = np.empty(len(block), dtype=np.intp)
+    done = [pool.submit(np.argmax, block[p[0]:p[-1] + 1], 1, picks[p[0]:p[-1] + 1]) for p in parts if len(p)]
+    for future in done:
+        future.result()
+    return picks
+
+
+@functools.cache
+def _argmax_pool() -> tuple[ThreadPoolExecutor, int]:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    workers = max(1, min(cores, 4))
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swarm-argmax"), workers
+
+
 def choose_rows(samplers: Sequence[GreedySampler], logits: np.ndarray, rows: Sequence[int]) -> list[int]:
     """Each sampler's token from its row of `logits` (a step's output rows): consecutive rows whose samplers
     share a key take one argmax over the block, as GreedySampler.choose would pick row by row; at Qwen3.5's
@@ -134,7 +163,7 @@ def choose_rows(samplers: Sequence[GreedySampler], logits: np.ndarray, rows: Seq
         kept = block[:, ids].copy()
         try:
             block[:, ids] += lead._bias
-            picks = np.argmax(block, axis=1)
+            picks = argmax_rows(block)
             nans = np.isnan(block[np.arange(count), picks])
         finally:
             block[:, ids] = kept

@@ -164,3 +164,10 @@ def test_rows_chosen_together_pick_what_each_picks_alone(seed):
     assert got == [alone[i].choose(logits[order[i]].copy()) for i in range(rows)]
     # Each accepted its token: the next step's penalties are the same too.
     assert [s._counts for s in together] == [s._counts for s in alone]
+
+
+def test_a_large_block_read_by_several_threads_gives_each_row_s_argmax(monkeypatch):
+    monkeypatch.setattr(greedy_sampler, "PARALLEL_ARGMAX_ELEMENTS", 0)
+    rng = np.random.default_rng(7)
+    block = rng.integers(-3, 4, size=(9, VOCAB)).astype(np.float32)
+    assert greedy_sampler.argmax_rows(block).tolist() == np.argmax(block, axis=1).tolist()
