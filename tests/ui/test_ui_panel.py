@@ -119,13 +119,13 @@ def test_the_swarm_launcher_drives_the_endpoint_over_http(window, qtbot):
 
         driver = threading.Thread(target=drive)
         driver.start()
-        qtbot.waitUntil(lambda: "agents connected" in window.endpoint.connected.text()
-                        and not window.endpoint.connected.text().startswith("0 "), timeout=5000)
+        qtbot.waitUntil(lambda: "agents connected" in window.agents.connected.text()
+                        and not window.agents.connected.text().startswith("0 "), timeout=5000)
         driver.join(10)
     assert report["result"].requests > 0
     from swarm_panel.ui.panels.agents_table import HEADERS
 
-    agents = window.endpoint.table.agents
+    agents = window.agents.table.agents
     qtbot.waitUntil(lambda: len(agents.rows) == 4, timeout=2000)
     assert {row.agent for row in agents.rows} == {f"agent-0{i}" for i in range(1, 5)}
     # Each agent's row counts the requests it was served over HTTP and their tokens, and the table shows them.

@@ -34,7 +34,7 @@ def test_service_plot_draws_each_agents_rate_and_jains_index_against_fair_shares
 
 
 def test_an_edited_priority_goes_to_the_scheduler_and_comes_back_in_the_table(window, qtbot):
-    model: AgentsModel = window.endpoint.table.agents
+    model: AgentsModel = window.agents.table.agents
     model.set_rows(agent_rows([], {"agent-01": 1}, {}, {}))
     index = model.index(0, PRIORITY_COLUMN)
     assert model.flags(index) & QtCore.Qt.ItemFlag.ItemIsEditable

@@ -377,7 +377,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         caption.setStyleSheet(f"color: {theme.TEXT_DIM}")
         value = QtWidgets.QLabel(text)
         value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        value.setWordWrap(span > 1)
+        value.setWordWrap(True)  # a long value (a card's name) takes a second line, never the column's width
         self.facts.addWidget(caption, row, column)
         self.facts.addWidget(value, row, column + 1, 1, span)
 

@@ -80,6 +80,9 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         for key, label in MODES:
             self.mode.addItem(label, key)
         self.mode.setToolTip(MODE_TIP)
+        # A long mode's name must not widen the dock; the popup shows it whole.
+        self.mode.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mode.setMinimumContentsLength(14)
         self.mode.currentIndexChanged.connect(self._mode_changed)
         self.preset = QtWidgets.QComboBox()
         for name in [*self.presets, "custom"]:

@@ -3,6 +3,9 @@
 Nothing here is driven per token: `refresh(feed)` is called by the window's one timer and hands the
 feed's ring-buffer views, cut to the visible window, to `setData`. The plots are not x-linked (each
 gets the same range directly), which keeps one refresh to a few milliseconds.
+
+Each plot is a widget of its own in a splitter: they share the height with a minimum each, the user
+can drag the handles, and a plot hidden from the View menu gives its room to the others.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from swarm_panel.ui.toolkit import theme
 
 SPAN_S = 60.0
 MIN_SPAN_S = 20.0
+# Logical pixels: a title line, a few grid steps and, on the lowest plot, the time axis.
+MIN_PLOT_HEIGHT = 64
+TIME_AXIS_HEIGHT = 36  # the lowest plot's extra: the time axis and its label
 
 # plot -> (title, units, [(tick column, legend label, colour, dashed, width, filled)])
 PLOTS = {
@@ -62,16 +68,20 @@ class PlotsPanel(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None, span_s: float = SPAN_S) -> None:
         super().__init__(parent)
         self.span_s = span_s
-        self.layout_widget = pg.GraphicsLayoutWidget()
-        self.layout_widget.setMinimumHeight(420)
-        self.layout_widget.ci.setSpacing(2)
+        self.splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(3)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.layout_widget)
+        layout.addWidget(self.splitter)
+        self.widgets: dict[str, pg.PlotWidget] = {}
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
-        for k, (name, (title, units, curves)) in enumerate(PLOTS.items()):
-            plot = self.layout_widget.addPlot(row=k, col=0)
+        for name, (title, units, curves) in PLOTS.items():
+            widget = pg.PlotWidget()
+            widget.setMinimumHeight(MIN_PLOT_HEIGHT)
+            widget.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Expanding)
+            plot = widget.getPlotItem()
             plot.setTitle(_title(title, curves), size="9pt")
             plot.showGrid(x=False, y=False)
             plot.setLabel("left", units)
@@ -81,10 +91,6 @@ class PlotsPanel(QtWidgets.QWidget):
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).enableAutoSIPrefix(False)
             plot.getAxis("left").setWidth(52)
-            if k == len(PLOTS) - 1:
-                plot.setLabel("bottom", "seconds since the panel opened")
-            else:
-                plot.hideAxis("bottom")  # one time axis, at the bottom; the others would only cost paint time
             plot.enableAutoRange(axis="x", enable=False)
             for key, _, colour, dashed, width, filled in curves:
                 curve = plot.plot(pen=_pen(colour, width, dashed), connect="finite")
@@ -92,7 +98,11 @@ class PlotsPanel(QtWidgets.QWidget):
                     curve.setFillLevel(0)
                     curve.setBrush(pg.mkBrush(colour + "38"))
                 self.curves[key] = curve
+            self.splitter.addWidget(widget)
+            self.splitter.setStretchFactor(self.splitter.count() - 1, 1)
+            self.widgets[name] = widget
             self.plots[name] = plot
+        self._time_axis_on_the_lowest()
         self.plots["utilization"].setYRange(0, 105, padding=0)
         self.plots["utilization"].enableAutoRange(axis="y", enable=False)
         self.plots["kv"].enableAutoRange(axis="y", enable=False)
@@ -101,6 +111,23 @@ class PlotsPanel(QtWidgets.QWidget):
         self.kv_text.setPos(8, 2)
         self._kv_top = 0.0
         self._marker_lines: list[tuple[Marker, list[pg.InfiniteLine]]] = []
+
+    def set_plot_shown(self, name: str, shown: bool) -> None:
+        """Hides or shows one plot; the others share its height."""
+        self.widgets[name].setVisible(shown)
+        self._time_axis_on_the_lowest()
+
+    def shown_plots(self) -> list[str]:
+        return [name for name, widget in self.widgets.items() if not widget.isHidden()]
+
+    def _time_axis_on_the_lowest(self) -> None:
+        """One time axis, under the lowest plot shown; the others' would only cost paint time and height."""
+        shown = self.shown_plots()
+        for name, plot in self.plots.items():
+            lowest = bool(shown) and name == shown[-1]
+            self.widgets[name].setMinimumHeight(MIN_PLOT_HEIGHT + (TIME_AXIS_HEIGHT if lowest else 0))
+            plot.getAxis("bottom").setLabel("seconds since the panel opened" if lowest else "")
+            plot.showAxis("bottom", lowest)
 
     def refresh(self, feed: StepFeed, now: float | None = None) -> None:
         ticks = feed.ticks

@@ -34,7 +34,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         super().__init__("Service per agent", parent)
         self.span_s = span_s
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(170)
+        self.plot.setMinimumHeight(50)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)
@@ -45,6 +45,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         self.plot.getAxis("left").setWidth(52)
         self.figures = QtWidgets.QLabel("no service yet")
         self.figures.setStyleSheet(f"color: {theme.TEXT}; font-size: 11pt")
+        self.figures.setWordWrap(True)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.keys = QtWidgets.QLabel("")

@@ -1,4 +1,5 @@
-"""What the panel remembers between runs (QSettings): policy, knobs, geometry, model, launcher values."""
+"""What the panel remembers between runs (QSettings): policy, knobs, model, launcher values, and per screen
+the window's geometry and its docks' arrangement."""
 
 from __future__ import annotations
 
@@ -31,12 +32,19 @@ class SettingsStore:
     def set(self, key: str, value: Any) -> None:
         self._q.setValue(key, json.dumps(value))
 
-    def geometry(self) -> QtCore.QByteArray | None:
-        value = self._q.value("window/geometry")
-        return value if isinstance(value, QtCore.QByteArray) else None
+    def layout(self, screen: str) -> dict[str, QtCore.QByteArray]:
+        """The parts of the window's layout last kept on this screen (a screen_fit.screen_key): its geometry,
+        its docks' state and its splitters', by name; empty if none was kept there."""
+        self._q.beginGroup(f"layout/{screen}")
+        try:
+            parts = {key: self._q.value(key) for key in self._q.childKeys()}
+        finally:
+            self._q.endGroup()
+        return {key: value for key, value in parts.items() if isinstance(value, QtCore.QByteArray)}
 
-    def set_geometry(self, geometry: QtCore.QByteArray) -> None:
-        self._q.setValue("window/geometry", geometry)
+    def set_layout(self, screen: str, parts: dict[str, QtCore.QByteArray]) -> None:
+        for key, value in parts.items():
+            self._q.setValue(f"layout/{screen}/{key}", value)
 
     def sync(self) -> None:
         self._q.sync()
