@@ -39,11 +39,13 @@ assert (CODE_IDLE, CODE_DECODE, CODE_PREFILL, CODE_PADDING, CODE_STALLED) == (0,
 
 
 def legend_html() -> str:
-    items = ((theme.USEFUL, "useful decode"), (theme.PREFILL, "prefill chunk"), (theme.PADDING, "padding (hatched)"),
-             (theme.STALLED, "stalled"), (theme.IDLE, "idle"))
+    items = ((theme.USEFUL, "■", "useful decode"), (theme.PREFILL, "■", "prefill chunk"),
+             (theme.PADDING, "■", "padding (hatched)"), (theme.STALLED, "■", "stalled"),
+             # Idle is nearly the background: an outline reads where a filled square would vanish.
+             (theme.TEXT_DIM, "□", "idle"))
     return "&nbsp;&nbsp;".join(
-        f"<span style='color:{c}; font-size:13pt'>■</span> <span style='color:{theme.TEXT_DIM}'>{name}</span>"
-        for c, name in items
+        f"<span style='color:{c}; font-size:13pt'>{mark}</span> <span style='color:{theme.TEXT_DIM}'>{name}</span>"
+        for c, mark, name in items
     )
 
 
@@ -170,7 +172,7 @@ class LaneTimeline(QtWidgets.QWidget):
                 line = pg.InfiniteLine(pos=marker.column, angle=90, movable=False,
                                        pen=pg.mkPen(theme.MARKER, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
                                        label=marker.label,
-                                       labelOpts={"position": 0.1, "color": theme.MARKER,
+                                       labelOpts={"position": 0.1, "color": theme.MARKER, "anchors": [(1, 0.5), (1, 0.5)],
                                                   "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")})
                 self.plot.addItem(line, ignoreBounds=True)
                 self._marker_lines.append((marker, line))

@@ -81,7 +81,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         self._marked.add(key if key is not None else (t, label))
         line = pg.InfiniteLine(pos=t, angle=90, movable=False,
                                pen=pg.mkPen(theme.MARKER, width=1.2, style=QtCore.Qt.PenStyle.DashLine), label=label,
-                               labelOpts={"position": 0.4, "color": theme.MARKER, "anchors": [(0, 0.5), (1, 0.5)],
+                               labelOpts={"position": 0.4, "color": theme.MARKER, "anchors": [(1, 0.5), (1, 0.5)],
                                           "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")})
         self.plot.addItem(line, ignoreBounds=True)
 

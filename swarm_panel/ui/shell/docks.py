@@ -103,4 +103,4 @@ def size_docks(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWi
     window.resizeDocks([docks["knobs"], docks["engine"]], [LEFT_WIDTH, RIGHT_WIDTH], QtCore.Qt.Orientation.Horizontal)
     # The knobs their own height, the agents about half their column: the rest to the launcher and the engine.
     knobs = docks["knobs"].widget().sizeHint().height() + 30
-    window.resizeDocks([docks["knobs"], docks["agents"]], [knobs, window.height() * 11 // 20], QtCore.Qt.Orientation.Vertical)
+    window.resizeDocks([docks["knobs"], docks["agents"]], [knobs, window.height() * 62 // 100], QtCore.Qt.Orientation.Vertical)
