@@ -12,6 +12,7 @@ from PySide6 import QtCore, QtWidgets
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 from swarm_panel.ui.panels.agents_panel import ROWS_SHOWN
 from swarm_panel.ui.plots.live_plots import MIN_PLOT_HEIGHT
+from swarm_panel.ui.toolkit.screen_fit import roomy
 from tests.ui.test_ui_common import SHORT_LENGTHS, fast_service, no_user_config  # noqa: F401
 
 SIZES = ("1280x720", "1366x768", "1920x1080", "2560x1440", "1920x1080@1.5")
@@ -81,8 +82,11 @@ def test_the_window_opens_within_the_screen_and_stays_readable(running):
     assert len(shown) == 4
     for widget in shown:
         assert widget.height() >= MIN_PLOT_HEIGHT
+    assert window.timeline.isVisible()
+    # On a small screen the service plot starts hidden (the View menu shows it), its height the others'.
+    assert window.service_plot.isVisible() == roomy(available)
     for widget in (window.service_plot.plot, window.timeline.graphics):
-        assert widget.height() >= widget.minimumHeight() > 0
+        assert not widget.isVisible() or widget.height() >= widget.minimumHeight() > 0
 
     children = visible_children(window.engine_panel)
     assert len(children) > 10  # the choice, the buttons and the facts grid

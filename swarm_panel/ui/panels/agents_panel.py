@@ -35,18 +35,32 @@ class AgentsPanel(QtWidgets.QWidget):
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
         self.table.setMinimumHeight(self.table.rows_height(3))
+        # Until the user drags the handle, each resize gives the table its rows again: a window manager may
+        # hand the window its final size after the first layout.
+        self.auto_split = True
+        self.splitter.splitterMoved.connect(self._moved_by_hand)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.connected)
         layout.addWidget(self.splitter, 1)
+
+    def _moved_by_hand(self) -> None:
+        self.auto_split = False
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().resizeEvent(event)
+        if self.auto_split:
+            self.give_table_its_rows()
 
     def give_table_its_rows(self) -> None:
         """The table the height of ROWS_SHOWN rows where the splitter has it, the view the rest."""
         total = sum(self.splitter.sizes())
         wanted = self.table.rows_height(ROWS_SHOWN)
         if total > 0:
+            self.splitter.blockSignals(True)  # not a move by hand
             self.splitter.setSizes([min(wanted, total - self.view.minimumSizeHint().height()),
                                     max(total - wanted, self.view.minimumSizeHint().height())])
+            self.splitter.blockSignals(False)
 
     def set_agents(self, connected: int, rows: list[AgentRow]) -> None:
         self.connected.setText(f"{connected} agent{'s' if connected != 1 else ''} connected"

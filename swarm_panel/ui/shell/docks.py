@@ -14,7 +14,7 @@ from PySide6 import QtCore, QtWidgets
 LEFT = QtCore.Qt.DockWidgetArea.LeftDockWidgetArea
 RIGHT = QtCore.Qt.DockWidgetArea.RightDockWidgetArea
 LEFT_WIDTH = 290
-RIGHT_WIDTH = 430
+RIGHT_WIDTH = 470  # the agents table's eight columns without a scroll bar
 
 
 class VerticalScroll(QtWidgets.QScrollArea):
@@ -44,22 +44,23 @@ class DockSpec:
     scrolls: bool = True
 
 
+# Short titles: tabbed on a small screen, four share a column's width.
 DOCKS = (
-    DockSpec("knobs", "Scheduler knobs", LEFT),
-    DockSpec("launcher", "Swarm launcher", LEFT),
-    DockSpec("ab", "A/B run: the same swarm under each policy", LEFT),
-    DockSpec("engine", "Engine and model", RIGHT),
+    DockSpec("knobs", "Scheduler", LEFT),
+    DockSpec("launcher", "Swarm", LEFT),
+    DockSpec("ab", "A/B run", LEFT),
+    DockSpec("engine", "Engine", RIGHT),
     DockSpec("cache", "Prefix cache", RIGHT),
-    DockSpec("endpoint", "Endpoint (OpenAI-compatible)", RIGHT),
+    DockSpec("endpoint", "Endpoint", RIGHT),
     DockSpec("coding", "Coding agents", RIGHT),
     DockSpec("agents", "Agents", RIGHT, scrolls=False),
 )
-# Stacked one above the other on a roomy screen: lists of docks tabbed together, top to bottom.
+# Stacked one above the other on a roomy screen: lists of docks tabbed together, top to bottom, the first raised.
 ROOMY = {LEFT: (("knobs",), ("launcher",), ("ab",)),
-         RIGHT: (("engine",), ("cache",), ("endpoint", "coding"), ("agents",))}
-# On a small one the secondary boxes share a tab group, so the primary ones keep their height.
-SMALL = {LEFT: (("knobs",), ("launcher", "ab")),
-         RIGHT: (("engine", "cache", "endpoint", "coding"), ("agents",))}
+         RIGHT: (("engine",), ("agents", "endpoint", "cache", "coding"))}
+# On a small one every box is a tab in one column, so the plots get the width of two: the swarm and the
+# agents raised, the knobs a click away (the policy switch stays in the header).
+SMALL = {RIGHT: (("launcher", "knobs", "engine", "ab"), ("agents", "endpoint", "cache", "coding"))}
 
 
 def make_docks(window: QtWidgets.QMainWindow, boxes: dict[str, QtWidgets.QWidget]) -> dict[str, QtWidgets.QDockWidget]:
@@ -98,9 +99,23 @@ def arrange(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWidge
             docks[group[0]].raise_()
 
 
-def size_docks(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWidget]) -> None:
-    """The first arrangement's widths and heights, once the window has its size on the screen."""
-    window.resizeDocks([docks["knobs"], docks["engine"]], [LEFT_WIDTH, RIGHT_WIDTH], QtCore.Qt.Orientation.Horizontal)
-    # The knobs their own height, the agents about half their column: the rest to the launcher and the engine.
-    knobs = docks["knobs"].widget().sizeHint().height() + 30
-    window.resizeDocks([docks["knobs"], docks["agents"]], [knobs, window.height() * 62 // 100], QtCore.Qt.Orientation.Vertical)
+def size_docks(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWidget], roomy: bool) -> None:
+    """The first arrangement's widths and heights, once the window has its size on the screen: the agents
+    at least 58% of their column, on a roomy screen the engine's facts whole above them where they fit,
+    and on its left the knobs and the launcher their own heights, the A/B run the rest."""
+    horizontal, vertical = QtCore.Qt.Orientation.Horizontal, QtCore.Qt.Orientation.Vertical
+    window.resizeDocks([docks["agents"]], [RIGHT_WIDTH], horizontal)
+    column = window.centralWidget().height()
+    if not roomy:
+        window.resizeDocks([docks["agents"]], [column * 58 // 100], vertical)
+        return
+    engine = min(natural_height(docks["engine"]), column * 45 // 100)
+    window.resizeDocks([docks["engine"], docks["agents"]], [engine, column - engine], vertical)
+    window.resizeDocks([docks["knobs"]], [LEFT_WIDTH], horizontal)
+    above = [natural_height(docks["knobs"]), natural_height(docks["launcher"])]
+    window.resizeDocks([docks["knobs"], docks["launcher"], docks["ab"]], [*above, column - sum(above)], vertical)
+
+
+def natural_height(dock: QtWidgets.QDockWidget) -> int:
+    """The dock's box at its size hint, with the dock's title bar."""
+    return dock.widget().sizeHint().height() + dock.fontMetrics().height() + 12

@@ -43,8 +43,10 @@ REFRESH_HZ = 15
 SLOW_EVERY = 6  # table, status bar and step-line fit: every sixth refresh (about 2.5 Hz)
 POLICY_CAPTION = "batching policy"
 KNOBS_IN_FLEET = "Off while the fleet serves: every backend runs its own scheduler with its own knobs."
-# What a first launch asks of a screen with room to spare; a smaller screen gets all of its available area.
-PREFERRED_SIZE = (1680, 1000)
+# What a first launch takes of a screen with room to spare (at least MIN_SHARE_SIZE); a smaller screen
+# gets all of its available area.
+SCREEN_SHARE = 0.88
+MIN_SHARE_SIZE = (1680, 1000)
 # saveState's version: a layout kept by a build with other docks is not restored into this one.
 LAYOUT_VERSION = 1
 
@@ -210,11 +212,15 @@ class MainWindow(QtWidgets.QMainWindow):
             view.addAction(dock.toggleViewAction())
         view.addSeparator()
         self.plot_actions: dict[str, QtGui.QAction] = {}
-        for name, (title, _, _) in PLOTS.items():
-            action = view.addAction(f"{title} plot")
+        shows = {name: (f"{title} plot", partial(self.plots.set_plot_shown, name))
+                 for name, (title, _, _) in PLOTS.items()}
+        shows |= {"service": ("Service per agent plot", self.service_plot.setVisible),
+                  "timeline": ("Lane timeline", self.timeline.setVisible)}
+        for name, (text, show) in shows.items():
+            action = view.addAction(text)
             action.setCheckable(True)
             action.setChecked(True)
-            action.toggled.connect(partial(self.plots.set_plot_shown, name))
+            action.toggled.connect(show)
             self.plot_actions[name] = action
         view.addSeparator()
         view.addAction("Reset the layout", self.reset_layout)
@@ -542,6 +548,7 @@ class MainWindow(QtWidgets.QMainWindow):
         for name, splitter in self.splitters.items():
             if name in parts:
                 splitter.restoreState(parts[name])
+        self.agents.auto_split = "agents" not in parts
         return True
 
     def layout_parts(self) -> dict[str, QtCore.QByteArray]:
@@ -550,7 +557,11 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _arrange(self, available: QtCore.QRect) -> None:
         arrange(self, self.docks, roomy(available))
-        width, height = (min(a, b) for a, b in zip(PREFERRED_SIZE, (available.width(), available.height())))
+        if not roomy(available):
+            # Its height goes to the four live plots and the lane timeline; the View menu brings it back.
+            self.plot_actions["service"].setChecked(False)
+        width, height = (min(room, max(least, round(room * SCREEN_SHARE)))
+                         for least, room in zip(MIN_SHARE_SIZE, (available.width(), available.height())))
         frame = QtCore.QRect(0, 0, width, height)
         frame.moveCenter(available.center())
         self.setGeometry(frame)
@@ -590,10 +601,14 @@ class MainWindow(QtWidgets.QMainWindow):
         if self._fresh_layout and self.isVisible():
             # The splitter's heights exist once the window is laid out at its size.
             self.layout().activate()
-            size_docks(self, self.docks)
+            size_docks(self, self.docks, roomy(self.screen().availableGeometry()))
+            # The service plot and the lane timeline a fifth of the height each (their minimum on a small
+            # screen), the live plots the rest.
             centre = self.splitters["centre"]
             height = sum(centre.sizes())
-            centre.setSizes([height * 52 // 100, height * 26 // 100, height * 22 // 100])
+            lower = [max(widget.minimumSizeHint().height(), height * 22 // 100) if widget.isVisible() else 0
+                     for widget in (self.service_plot, self.timeline)]
+            centre.setSizes([height - sum(lower), *lower])
             self.layout().activate()
             self.agents.give_table_its_rows()
             self._fresh_layout = False
