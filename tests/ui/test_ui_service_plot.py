@@ -65,4 +65,4 @@ def test_an_agent_computing_a_long_prompt_shows_how_far_it_is(qapp):
     model.set_rows(agent_rows([], {"claude-code-1": 1, "codex-1": 1}, {"claude-code-1": "prefill", "codex-1": "decode"},
                               {}, {"claude-code-1": "14,336 / 20,928", "codex-1": "9,000 / 9,000"}))
     states = {row.agent: model.data(model.index(i, 1)) for i, row in enumerate(model.rows)}
-    assert states == {"claude-code-1": "prefill 14,336 / 20,928", "codex-1": "decode"}
+    assert states == {"claude-code-1": "prefill, prompt 14,336 / 20,928", "codex-1": "decode"}

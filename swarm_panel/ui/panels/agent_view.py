@@ -31,7 +31,7 @@ class AgentView(QtWidgets.QGroupBox):
         self.asked.setStyleSheet(f"color: {theme.TEXT_DIM}")
         self.answer = QtWidgets.QPlainTextEdit()
         self.answer.setReadOnly(True)
-        self.answer.setMinimumHeight(48)
+        self.answer.setMinimumHeight(40)
         self.answer.setPlaceholderText("the answer streams in here")
         self.calls = QtWidgets.QLabel("")
         self.calls.setWordWrap(True)
@@ -75,7 +75,8 @@ class AgentView(QtWidgets.QGroupBox):
         self.status.setText("")
 
     def _paint(self, turn: AgentTurn, answer: str, finish: str | None) -> None:
-        self.title.setText(f"<b>{turn.agent}</b> &nbsp; request {turn.request.request_id}")
+        # The server's id, counted over every agent (the table's req counts this agent's own).
+        self.title.setText(f"<b>{turn.agent}</b> &nbsp; server request #{turn.request.request_id}")
         self.asked.setText(f"asked: {turn.asked.strip() or '(no text)'}")
         bar = self.answer.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4

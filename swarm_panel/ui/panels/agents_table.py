@@ -122,13 +122,15 @@ class AgentsModel(QtCore.QAbstractTableModel):
         if role == QtCore.Qt.ItemDataRole.DisplayRole:
             f = row.figures
             state = f"{row.state} ({row.open})" if row.open > 1 else row.state
-            state = f"{state} {row.prompt}" if row.prompt else state
+            state = f"{state}, prompt {row.prompt}" if row.prompt else state
             return (row.agent, state, str(row.priority), str(f.requests), f"{f.tokens:,}", f"{f.tok_s:.1f}",
                     _ms(f.ttft_p50, f.ttft_p95), _ms(f.itl_p50, f.itl_p95))[column]
         if role == QtCore.Qt.ItemDataRole.EditRole and column == PRIORITY_COLUMN:
             return row.priority
         if role == QtCore.Qt.ItemDataRole.ToolTipRole and column == PRIORITY_COLUMN:
             return PRIORITY_TIP
+        if role == QtCore.Qt.ItemDataRole.ToolTipRole and column == 1 and row.prompt:
+            return f"its prompt's tokens in the KV cache, of the prompt's {row.prompt.rpartition(' / ')[2]} tokens"
         if role == QtCore.Qt.ItemDataRole.ForegroundRole and column == 1:
             return QtGui.QBrush(QtGui.QColor(STATE_COLOURS.get(row.state, theme.TEXT)))
         if role == QtCore.Qt.ItemDataRole.TextAlignmentRole and column >= PRIORITY_COLUMN:

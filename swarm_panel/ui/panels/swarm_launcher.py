@@ -136,6 +136,11 @@ class SwarmLauncher(QtWidgets.QGroupBox):
     def critical_path(self) -> bool:
         return self.mode.currentData() == "critical"
 
+    def expect(self, agents: int) -> None:
+        """Says the swarm is on its way while the engine loads (a first launch or --swarm starts it then)."""
+        if not self.running:
+            self.status.setText(f"{agents} agents start by themselves once the engine has loaded")
+
     def suit_engine(self, writes_text: bool) -> None:
         """Real agents on a model that writes real text; fixed lengths on the cost model or random weights."""
         if not self.running:

@@ -149,6 +149,8 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     loaded: asyncio.Future = loop.create_future()
     window.engine_loaded.connect(lambda error: loaded.done() or loaded.set_result(error))
     if not fleet:
+        if swarm:
+            window.launcher.expect(max(1, min(64, swarm)))
         window.start_engine()
 
     def set_api_key(key: str) -> None:
@@ -195,6 +197,8 @@ async def _run_until_closed(window, http, loaded, closed, swarm, switch, screens
     if swarm and error is None:
         window.launcher.agents.setValue(max(1, min(64, swarm)))
         window.launcher.start()
+    elif swarm:
+        window.launcher.status.setText("idle: the engine did not load, so the swarm did not start")
     if switch:
         target, _, seconds = switch.partition("@")
         loop.call_later(float(seconds or 0), lambda: _switch(window, target))

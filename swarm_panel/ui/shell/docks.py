@@ -101,13 +101,13 @@ def arrange(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWidge
 
 def size_docks(window: QtWidgets.QMainWindow, docks: dict[str, QtWidgets.QDockWidget], roomy: bool) -> None:
     """The first arrangement's widths and heights, once the window has its size on the screen: the agents
-    at least 58% of their column, on a roomy screen the engine's facts whole above them where they fit,
+    at least 62% of their column, on a roomy screen the engine's facts whole above them where they fit,
     and on its left the knobs and the launcher their own heights, the A/B run the rest."""
     horizontal, vertical = QtCore.Qt.Orientation.Horizontal, QtCore.Qt.Orientation.Vertical
     window.resizeDocks([docks["agents"]], [RIGHT_WIDTH], horizontal)
     column = window.centralWidget().height()
     if not roomy:
-        window.resizeDocks([docks["agents"]], [column * 58 // 100], vertical)
+        window.resizeDocks([docks["agents"]], [column * 62 // 100], vertical)
         return
     engine = min(natural_height(docks["engine"]), column * 45 // 100)
     window.resizeDocks([docks["engine"], docks["agents"]], [engine, column - engine], vertical)
