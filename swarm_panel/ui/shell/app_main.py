@@ -141,8 +141,9 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, store)
     if screenshot is not None:
-        window.resize(1760, 1000)  # a fixed size for scripted captures, whatever geometry was remembered...
-        window.fit_within(window.screen().availableGeometry())  # ...within the screen
+        # A fixed size for scripted captures (offscreen, its screen is 800 x 600), whatever was remembered.
+        window.fits_screen = False
+        window.resize(1760, 1000)
     window.show()
     closed = asyncio.Event()
     window.closed.connect(closed.set)

@@ -110,6 +110,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._kv_layout: tuple[str | None, str | None] | None = None
         self.refresh_seconds: list[float] = []
         self._fresh_layout = False  # arranged for this screen's size, not restored: the agents table wants its rows
+        self.fits_screen = True  # off for a scripted capture of a fixed size
 
         self.controls = SchedulerControls(self.apply_scheduler)
         self.kpis = KpiStrip()
@@ -597,7 +598,8 @@ class MainWindow(QtWidgets.QMainWindow):
         return self.isVisible() and not self._fresh_layout
 
     def _fit_to_screen(self) -> None:
-        self.fit_within(self.screen().availableGeometry())
+        if self.fits_screen:
+            self.fit_within(self.screen().availableGeometry())
         if self._fresh_layout and self.isVisible():
             # The splitter's heights exist once the window is laid out at its size.
             self.layout().activate()
