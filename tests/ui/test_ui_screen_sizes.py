@@ -59,7 +59,8 @@ def running(qtbot, no_user_config, tmp_path, request):  # noqa: F811
 
 
 def visible_children(box: QtWidgets.QWidget) -> list[QtWidgets.QWidget]:
-    return [child for child in box.findChildren(QtWidgets.QWidget, options=QtCore.Qt.FindChildOption.FindDirectChildrenOnly)
+    direct = QtCore.Qt.FindChildOption.FindDirectChildrenOnly
+    return [child for child in box.findChildren(QtWidgets.QWidget, options=direct)
             if child.isVisible() and not child.isWindow() and child.width() > 0 and child.height() > 0]
 
 

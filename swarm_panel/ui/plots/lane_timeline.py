@@ -172,7 +172,8 @@ class LaneTimeline(QtWidgets.QWidget):
                 line = pg.InfiniteLine(pos=marker.column, angle=90, movable=False,
                                        pen=pg.mkPen(theme.MARKER, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
                                        label=marker.label,
-                                       labelOpts={"position": 0.1, "color": theme.MARKER, "anchors": [(1, 0.5), (1, 0.5)],
+                                       labelOpts={"position": 0.1, "color": theme.MARKER,
+                                                  "anchors": [(1, 0.5), (1, 0.5)],
                                                   "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")})
                 self.plot.addItem(line, ignoreBounds=True)
                 self._marker_lines.append((marker, line))

@@ -165,8 +165,8 @@ class PlotsPanel(QtWidgets.QWidget):
             if text != self.kv_summary:
                 self.kv_summary = text
                 title, _, curves = PLOTS["kv"]
-                self.plots["kv"].setTitle(f"{_title(title, curves)}<br><span style='color:{theme.TEXT_DIM}'>{text}</span>",
-                                          size="9pt")
+                summary = f"<span style='color:{theme.TEXT_DIM}'>{text}</span>"
+                self.plots["kv"].setTitle(f"{_title(title, curves)}<br>{summary}", size="9pt")
         self._sync_markers(feed.markers, start)
 
     def _sync_markers(self, markers: list[Marker], oldest: float) -> None:

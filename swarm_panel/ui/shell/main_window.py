@@ -532,7 +532,8 @@ class MainWindow(QtWidgets.QMainWindow):
     # -- the screen ------------------------------------------------------------------------------
 
     def place_on(self, screen: QtGui.QScreen) -> None:
-        """The layout last kept on this screen, else the first launch's for its size; never beyond its available area."""
+        """The layout last kept on this screen, else the first launch's for its size; never beyond its
+        available area."""
         available = screen.availableGeometry()
         self.setScreen(screen)
         kept = self.store.layout(screen_key(screen)) if self.store is not None else {}
