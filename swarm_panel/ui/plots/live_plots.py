@@ -21,11 +21,11 @@ from swarm_panel.ui.toolkit import theme
 
 SPAN_S = 60.0
 MIN_SPAN_S = 20.0
-# Logical pixels: a title line, a few grid steps and, on the lowest plot, the time axis.
+# Logical pixels: a title line and a few grid steps.
 MIN_PLOT_HEIGHT = 64
-TIME_AXIS_HEIGHT = 36
+TIME_AXIS_HEIGHT = 36  # the lowest plot's extra: the time axis and its label
 # Heights along a marker's line (0 bottom, 1 top) for its label, taken in turn.
-MARKER_ROWS = (0.78, 0.45)  # the lowest plot's extra: the time axis and its label
+MARKER_ROWS = (0.78, 0.45)
 
 # plot -> (title, units, [(tick column, legend label, colour, dashed, width, filled)])
 PLOTS = {
