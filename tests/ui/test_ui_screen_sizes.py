@@ -131,10 +131,15 @@ def test_a_rearranged_layout_comes_back_on_its_screen(qtbot, no_user_config, tmp
     window, service = open_window(qtbot, store, "1366x768")
     try:
         assert window.dockWidgetArea(window.docks["cache"]) == left
-        assert not window.docks["endpoint"].isVisible()
+        assert not window.docks["endpoint"].toggleViewAction().isChecked()
         assert window.plots.shown_plots() == ["throughput", "occupancy", "utilization"]
         assert window.agents.hidden_columns() == ["tokens"]
         assert window.size() == QtCore.QSize(1200, 700)
+        # The View menu's reset: the first launch's arrangement for this screen.
+        window.reset_layout()
+        assert window.dockWidgetArea(window.docks["cache"]) == right
+        assert window.docks["endpoint"].toggleViewAction().isChecked()  # open again, a tab of the agents' group
+        assert window.agents.hidden_columns() == []
     finally:
         window.close()
         service.stop()
@@ -143,7 +148,7 @@ def test_a_rearranged_layout_comes_back_on_its_screen(qtbot, no_user_config, tmp
     window, service = open_window(qtbot, store, "2560x1440")
     try:
         assert window.dockWidgetArea(window.docks["cache"]) == right
-        assert window.docks["endpoint"].isVisible()
+        assert window.docks["endpoint"].toggleViewAction().isChecked()
     finally:
         window.close()
         service.stop()
