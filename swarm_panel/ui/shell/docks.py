@@ -58,9 +58,10 @@ DOCKS = (
 # Stacked one above the other on a roomy screen: lists of docks tabbed together, top to bottom, the first raised.
 ROOMY = {LEFT: (("knobs",), ("launcher",), ("ab",)),
          RIGHT: (("engine",), ("agents", "endpoint", "cache", "coding"))}
-# On a small one every box is a tab in one column, so the plots get the width of two: the swarm and the
-# agents raised, the knobs a click away (the policy switch stays in the header).
-SMALL = {RIGHT: (("launcher", "knobs", "engine", "ab"), ("agents", "endpoint", "cache", "coding"))}
+# On a small one every box is a tab in one column, so the plots get the width of two: the engine (its
+# start-up stages, then what it loaded) and the agents raised, the launcher and the knobs a click away
+# (the policy switch stays in the header).
+SMALL = {RIGHT: (("engine", "launcher", "knobs", "ab"), ("agents", "endpoint", "cache", "coding"))}
 
 
 def make_docks(window: QtWidgets.QMainWindow, boxes: dict[str, QtWidgets.QWidget]) -> dict[str, QtWidgets.QDockWidget]:
