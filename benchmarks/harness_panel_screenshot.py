@@ -54,7 +54,7 @@ async def capture(args: argparse.Namespace, folder: Path) -> int:
             print(f"the engine did not load: {error}", file=sys.stderr)
             return 1
         panel = window.harness
-        window.right_tabs.setCurrentWidget(panel)
+        window.docks["coding"].raise_()
         panel.folder.setText(str(folder))
         panel.max_output.setValue(args.max_output_tokens)
         for kind in args.kinds:

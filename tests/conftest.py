@@ -1,6 +1,10 @@
 import os
+from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Offscreen, on the screens a user has (tests/ui/screens.json: 1,280 x 720 to 2,560 x 1,440, and a 1080p
+# screen at 150%, in logical pixels); the first is the primary. A platform named otherwise is kept.
+if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":
+    os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={Path(__file__).parent / 'ui' / 'screens.json'}"
 
 
 import pytest  # noqa: E402

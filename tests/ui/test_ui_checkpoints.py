@@ -29,4 +29,4 @@ def test_the_kv_plot_shows_checkpoint_memory_of_the_modeled_hybrid(qtbot):
     assert feed.latest("checkpoint_pct") == 100.0 * snap.checkpoint_bytes / budget
     _, y = panel.curves["checkpoint_pct"].getData()
     assert y[-1] == feed.latest("checkpoint_pct")
-    assert f"checkpoints {snap.checkpoint_bytes / 1e6:,.1f} MB" in panel.kv_text.toPlainText()
+    assert f"checkpoints {snap.checkpoint_bytes / 1e6:,.1f} MB" in panel.kv_summary

@@ -131,7 +131,7 @@ async def scenario(qtbot, tmp_path, backends) -> None:
             assert window.kpis.labels["occupancy"].text().endswith("%")
             assert window.kpis.labels["utilization"].text() == "–"
             assert window.kpis.labels["utilization"].toolTip() == NOT_MEASURED_TIP
-            assert {f"agent-{i}" for i in range(4)} <= {row.agent for row in window.endpoint.table.agents.rows}
+            assert {f"agent-{i}" for i in range(4)} <= {row.agent for row in window.agents.table.agents.rows}
             assert window.statusBar().currentMessage().startswith("fleet: 2 of 2 backends up")
 
             window.save_settings()

@@ -79,13 +79,13 @@ def test_the_agent_view_follows_an_agent_picked_in_the_table(window, qtbot):
             "model": "m", "user": "agent-zed", "max_tokens": 12, "ignore_eos": True,
             "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "fix the bug"}]})
         assert reply.status_code == 200, reply.text
-    qtbot.waitUntil(lambda: any(r.agent == "agent-zed" for r in window.endpoint.table.agents.rows), timeout=5000)
-    row = [r.agent for r in window.endpoint.table.agents.rows].index("agent-zed")
-    window.endpoint.table.clicked.emit(window.endpoint.table.agents.index(row, 0))
+    qtbot.waitUntil(lambda: any(r.agent == "agent-zed" for r in window.agents.table.agents.rows), timeout=5000)
+    row = [r.agent for r in window.agents.table.agents.rows].index("agent-zed")
+    window.agents.table.clicked.emit(window.agents.table.agents.index(row, 0))
     view = window.agent_view
     assert view.agent == "agent-zed"
     window.refresh()
-    assert view.asked.text() == "fix the bug"
+    assert view.asked.text() == "asked: fix the bug"
     assert view.answer.toPlainText() == reply.json()["choices"][0]["message"]["content"]
     assert "finish_reason: length" in view.status.text() and "12 tokens" in view.status.text()
 

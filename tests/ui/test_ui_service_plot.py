@@ -34,7 +34,7 @@ def test_service_plot_draws_each_agents_rate_and_jains_index_against_fair_shares
 
 
 def test_an_edited_priority_goes_to_the_scheduler_and_comes_back_in_the_table(window, qtbot):
-    model: AgentsModel = window.endpoint.table.agents
+    model: AgentsModel = window.agents.table.agents
     model.set_rows(agent_rows([], {"agent-01": 1}, {}, {}))
     index = model.index(0, PRIORITY_COLUMN)
     assert model.flags(index) & QtCore.Qt.ItemFlag.ItemIsEditable
@@ -65,4 +65,4 @@ def test_an_agent_computing_a_long_prompt_shows_how_far_it_is(qapp):
     model.set_rows(agent_rows([], {"claude-code-1": 1, "codex-1": 1}, {"claude-code-1": "prefill", "codex-1": "decode"},
                               {}, {"claude-code-1": "14,336 / 20,928", "codex-1": "9,000 / 9,000"}))
     states = {row.agent: model.data(model.index(i, 1)) for i, row in enumerate(model.rows)}
-    assert states == {"claude-code-1": "prefill 14,336 / 20,928", "codex-1": "decode"}
+    assert states == {"claude-code-1": "prefill, prompt 14,336 / 20,928", "codex-1": "decode"}

@@ -454,7 +454,9 @@ class LlamaEngine:
     def _read_facts(self) -> dict[str, Any]:
         facts = model_facts(self._model, self.path)
         facts.update(
+            # What one request may hold (a lane's share under split KV), and the cells of all lanes (--n-ctx).
             n_ctx=self.max_context,
+            kv_capacity_tokens=self.kv_capacity,
             n_batch=self.max_step_tokens,
             max_lanes=self.max_lanes,
             cache_slots=self.max_cached_sequences,

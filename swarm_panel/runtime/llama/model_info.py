@@ -86,22 +86,30 @@ def display_name(general_name: str | None, path: Path) -> str:
     return general_name
 
 
+def describe_model(architecture: str | None, n_params: int, quantization: str | None) -> str:
+    """"llama 134.5M Q4_1": llama.cpp's own description names the size class of the architecture's shape
+    ("256M" for a 134.5M-parameter SmolLM2) and its ftype's name, where a reader expects the model's own."""
+    size = f"{n_params / 1e9:.2f}B" if n_params >= 1e9 else f"{n_params / 1e6:.1f}M"
+    return " ".join(part for part in (architecture, size, quantization) if part)
+
+
 def model_facts(model: llama_cpp.llama_model_p, path: Path) -> dict[str, Any]:
-    desc = bytes(256)
-    llama_cpp.llama_model_desc(model, desc, len(desc))
     file_type = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(model))
     vocab = llama_cpp.llama_model_get_vocab(model)
     name = display_name(meta_value(model, "general.name"), path)
+    architecture = meta_value(model, "general.architecture")
+    n_params = llama_cpp.llama_model_n_params(model)
+    quantization = _quantization(file_type.decode() if file_type else None)
     return {
         "name": name,
         "gguf_name": meta_value(model, "general.name"),
         "path": str(path),
-        "architecture": meta_value(model, "general.architecture"),
-        "description": desc.split(b"\0", 1)[0].decode("utf-8", errors="replace"),
-        "n_params": llama_cpp.llama_model_n_params(model),
+        "architecture": architecture,
+        "description": describe_model(architecture, n_params, quantization),
+        "n_params": n_params,
         "file_size_bytes": path.stat().st_size,
         "file_type": file_type.decode() if file_type else None,
-        "quantization": _quantization(file_type.decode() if file_type else None),
+        "quantization": quantization,
         "n_vocab": llama_cpp.llama_vocab_n_tokens(vocab),
         "n_embd": llama_cpp.llama_model_n_embd(model),
         "n_layer": llama_cpp.llama_model_n_layer(model),

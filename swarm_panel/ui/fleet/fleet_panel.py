@@ -70,7 +70,7 @@ class FleetPanel(QtWidgets.QGroupBox):
         self.status.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.status.setWordWrap(True)
         self.layout_widget = pg.GraphicsLayoutWidget()
-        self.layout_widget.setMinimumHeight(520)
+        self.layout_widget.setMinimumHeight(300)  # within a 1,280 x 720 screen's window
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self.notes: dict[str, pg.TextItem] = {}

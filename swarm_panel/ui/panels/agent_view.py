@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtWidgets
 
 from swarm_panel.app.service.agent_activity import AgentActivity, AgentTurn, tool_calls_of
 from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.toolkit.elided_label import ElidedLabel
 
 FINISH_TEXT = {"stop": "stopped on its own", "length": "cut off at max_tokens", "abort": "aborted (hung up)",
                "error": "failed", "tool_calls": "called a tool"}
@@ -25,23 +26,23 @@ class AgentView(QtWidgets.QGroupBox):
         self._shown: tuple | None = None
         self.title = QtWidgets.QLabel("Pick an agent in the table or a lane in the timeline.")
         self.title.setWordWrap(True)
-        self.asked = QtWidgets.QLabel("")
-        self.asked.setWordWrap(True)
-        self.asked.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        # One line, whole in its tooltip: a long question must not push the answer out of a short view.
+        self.asked = ElidedLabel("")
         self.asked.setStyleSheet(f"color: {theme.TEXT_DIM}")
         self.answer = QtWidgets.QPlainTextEdit()
         self.answer.setReadOnly(True)
-        self.answer.setMinimumHeight(90)
+        self.answer.setMinimumHeight(40)
+        self.answer.setPlaceholderText("the answer streams in here")
         self.calls = QtWidgets.QLabel("")
         self.calls.setWordWrap(True)
         self.calls.setStyleSheet(f"color: {theme.PREFILL}")
         self.status = QtWidgets.QLabel("")
         self.status.setStyleSheet(f"color: {theme.TEXT_DIM}")
         layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
         layout.addWidget(self.title)
-        layout.addWidget(QtWidgets.QLabel("asked"))
         layout.addWidget(self.asked)
-        layout.addWidget(QtWidgets.QLabel("answer"))
         layout.addWidget(self.answer, 1)
         layout.addWidget(self.calls)
         layout.addWidget(self.status)
@@ -74,8 +75,9 @@ class AgentView(QtWidgets.QGroupBox):
         self.status.setText("")
 
     def _paint(self, turn: AgentTurn, answer: str, finish: str | None) -> None:
-        self.title.setText(f"<b>{turn.agent}</b> &nbsp; request {turn.request.request_id}")
-        self.asked.setText(turn.asked.strip() or "(no text)")
+        # The server's id, counted over every agent (the table's req counts this agent's own).
+        self.title.setText(f"<b>{turn.agent}</b> &nbsp; server request #{turn.request.request_id}")
+        self.asked.setText(f"asked: {turn.asked.strip() or '(no text)'}")
         bar = self.answer.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
         self.answer.setPlainText(answer)

@@ -10,7 +10,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from swarm_panel.runtime.serving.metrics import AgentFigures
 from swarm_panel.ui.toolkit import theme
 
-HEADERS = ("agent", "state", "prio", "req", "tokens", "tok/s", "TTFT ms p50/95", "ITL ms p50/95")
+HEADERS = ("agent", "state", "prio", "req", "tokens", "tok/s", "TTFT ms\np50 / p95", "ITL ms\np50 / p95")
+HEADER_TIPS = {"req": "requests this agent sent", "tokens": "tokens generated for this agent",
+               "tok/s": "this agent's generated tokens a second, over the recent steps the KPIs use",
+               HEADERS[6]: "time to first token, median / 95th percentile",
+               HEADERS[7]: "inter-token latency, median / 95th percentile"}
 PRIORITY_COLUMN = 2
 PRIORITY_TIP = "priority under the priority policy: lower is served first (0 unless set); double-click to edit"
 STATE_COLOURS = {"decode": theme.USEFUL, "prefill": theme.PREFILL, "padding": theme.PADDING, "waiting": theme.QUEUE,
@@ -102,8 +106,12 @@ class AgentsModel(QtCore.QAbstractTableModel):
         return 0 if parent.isValid() else len(HEADERS)
 
     def headerData(self, section, orientation, role=QtCore.Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == QtCore.Qt.ItemDataRole.DisplayRole and orientation == QtCore.Qt.Orientation.Horizontal:
+        if orientation != QtCore.Qt.Orientation.Horizontal:
+            return None
+        if role == QtCore.Qt.ItemDataRole.DisplayRole:
             return HEADERS[section]
+        if role == QtCore.Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(HEADERS[section], PRIORITY_TIP if section == PRIORITY_COLUMN else None)
         return None
 
     def data(self, index, role=QtCore.Qt.ItemDataRole.DisplayRole):
@@ -114,13 +122,15 @@ class AgentsModel(QtCore.QAbstractTableModel):
         if role == QtCore.Qt.ItemDataRole.DisplayRole:
             f = row.figures
             state = f"{row.state} ({row.open})" if row.open > 1 else row.state
-            state = f"{state} {row.prompt}" if row.prompt else state
+            state = f"{state}, prompt {row.prompt}" if row.prompt else state
             return (row.agent, state, str(row.priority), str(f.requests), f"{f.tokens:,}", f"{f.tok_s:.1f}",
                     _ms(f.ttft_p50, f.ttft_p95), _ms(f.itl_p50, f.itl_p95))[column]
         if role == QtCore.Qt.ItemDataRole.EditRole and column == PRIORITY_COLUMN:
             return row.priority
         if role == QtCore.Qt.ItemDataRole.ToolTipRole and column == PRIORITY_COLUMN:
             return PRIORITY_TIP
+        if role == QtCore.Qt.ItemDataRole.ToolTipRole and column == 1 and row.prompt:
+            return f"its prompt's tokens in the KV cache, of the prompt's {row.prompt.rpartition(' / ')[2]} tokens"
         if role == QtCore.Qt.ItemDataRole.ForegroundRole and column == 1:
             return QtGui.QBrush(QtGui.QColor(STATE_COLOURS.get(row.state, theme.TEXT)))
         if role == QtCore.Qt.ItemDataRole.TextAlignmentRole and column >= PRIORITY_COLUMN:
@@ -150,6 +160,12 @@ class AgentsTable(QtWidgets.QTableView):
         self.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
         self.setToolTip("click an agent to watch its current request")
         self.clicked.connect(self._clicked)
+
+    def rows_height(self, rows: int) -> int:
+        """The view's height for the header and `rows` rows, scroll bar and frame included."""
+        header = self.horizontalHeader().sizeHint().height()
+        bar = self.horizontalScrollBar().sizeHint().height()
+        return header + rows * self.verticalHeader().defaultSectionSize() + bar + 2 * self.frameWidth()
 
     def _clicked(self, index: QtCore.QModelIndex) -> None:
         if 0 <= index.row() < len(self.agents.rows):

@@ -11,7 +11,10 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.policies.registry import POLICIES, POLICY_NAMES
 from swarm_panel.ui.toolkit import theme
 
-POLICY_TIPS = {name: policy.summary for name, policy in POLICIES.items()}
+POLICY_TIPS = {name: f"<b>{policy.label}</b>: {policy.summary}" for name, policy in POLICIES.items()}
+# A word or two each, so six buttons stay readable on a 1,280-pixel-wide window; the tooltip names them in full.
+SHORT_LABELS = {"naive": "naive", "shrinking": "shrinking", "continuous": "continuous", "fair": "fair share",
+                "las": "least served", "priority": "priority"}
 
 
 class PolicySwitch(QtWidgets.QWidget):
@@ -28,12 +31,13 @@ class PolicySwitch(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         for name in POLICY_NAMES:
-            button = QtWidgets.QPushButton(theme.POLICY_LABELS[name])
+            button = QtWidgets.QPushButton(SHORT_LABELS.get(name, theme.POLICY_LABELS[name]))
             button.setObjectName("policyButton")
             button.setProperty("policy", name)
             button.setCheckable(True)
             button.setToolTip(POLICY_TIPS[name])
-            button.setMinimumSize(130, 44)
+            # A push button's minimum is its text and padding, so the layout can never clip the label.
+            button.setMinimumHeight(36)
             self.group.addButton(button)
             layout.addWidget(button)
             self.buttons[name] = button

@@ -1,10 +1,9 @@
-"""The endpoint: its URL with a copy button, an optional API key, connected agents and their rows."""
+"""The endpoint: its URL with a copy button and an optional API key (its agents are the agents box's)."""
 
 from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from swarm_panel.ui.panels.agents_table import AgentRow, AgentsTable
 from swarm_panel.ui.toolkit import theme
 
 
@@ -22,13 +21,9 @@ class EndpointPanel(QtWidgets.QGroupBox):
         self.api_key.setPlaceholderText("none: any local client may connect")
         self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.PasswordEchoOnEdit)
         self.api_key.editingFinished.connect(lambda: self.api_key_changed.emit(self.api_key.text().strip()))
-        self.connected = QtWidgets.QLabel("0 agents connected")
-        self.connected.setObjectName("big")
         self.note = QtWidgets.QLabel("")
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {theme.TEXT_DIM}")
-        self.table = AgentsTable()
-        self.table.setMinimumHeight(150)
 
         url_row = QtWidgets.QHBoxLayout()
         url_row.addWidget(self.url, 1)
@@ -39,8 +34,7 @@ class EndpointPanel(QtWidgets.QGroupBox):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.note)
-        layout.addWidget(self.connected)
-        layout.addWidget(self.table, 1)
+        layout.addStretch(1)
 
     def _copy(self) -> None:
         QtGui.QGuiApplication.clipboard().setText(self.url.text())
@@ -50,8 +44,3 @@ class EndpointPanel(QtWidgets.QGroupBox):
     def set_url(self, url: str | None, note: str = "") -> None:
         self.url.setText(f"{url}/v1" if url else "not listening")
         self.note.setText(note)
-
-    def set_agents(self, connected: int, rows: list[AgentRow]) -> None:
-        self.connected.setText(f"{connected} agent{'s' if connected != 1 else ''} connected"
-                               f" <span style='color:{theme.TEXT_DIM}; font-size:10pt'>({len(rows)} seen)</span>")
-        self.table.agents.set_rows(rows)

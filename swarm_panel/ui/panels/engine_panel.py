@@ -56,8 +56,8 @@ LAYOUT_TIP = ("Unified: any lane may use the whole context, the batch can widen 
               "for a while (--kv-narrow-after-s).")
 FACT_LABELS = {
     "engine": "engine", "name": "model", "n_params": "parameters", "quantization": "quantization",
-    "file_type": "quantization", "n_ctx": "context", "kv_type": "KV type", "device": "device",
-    "kv_capacity_tokens": "KV capacity (tokens)", "step_line": "cost model", "architecture": "architecture",
+    "file_type": "quantization", "n_ctx": "context a request", "kv_type": "KV type", "device": "device",
+    "kv_capacity_tokens": "context, all lanes", "step_line": "cost model", "architecture": "architecture",
     "file_size_bytes": "file size", "max_lanes": "lanes", "n_gpu_layers": "GPU layers",
     "kv_layout": "KV layout", "flash_attn": "flash attention", "memory_kind": "memory",
     "checkpoints": "checkpoints",
@@ -65,8 +65,16 @@ FACT_LABELS = {
 }
 
 
+# The two contexts by the names /v1/models' meta and the README's --n-ctx give them.
+FACT_TIPS = {
+    "n_ctx": "n_ctx in /v1/models' meta: the tokens one request may hold (under split KV, a lane's share of the "
+             "whole; under unified KV, all of it)",
+    "kv_capacity_tokens": "kv_capacity_tokens in /v1/models' meta: the KV cells of all lanes together, what --n-ctx "
+                          "sets (32,768 by default)",
+}
+
 # Facts with long values get a row of their own.
-WIDE_FACTS = ("name", "kv_layout", "extra_buffers_reason")
+WIDE_FACTS = ("name", "device", "kv_layout", "extra_buffers_reason")
 
 
 def _format(key: str, value: Any) -> str:
@@ -145,7 +153,7 @@ class EnginePanel(QtWidgets.QGroupBox):
             combo.setMinimumContentsLength(16)
         self.threads = QtWidgets.QSpinBox()
         self.threads.setRange(0, int(THREADS.le))  # 0 shows "auto": the setting's none
-        self.threads.setSpecialValueText("auto")
+        self.threads.setSpecialValueText("threads: auto")  # shown instead of prefix and value, so it names itself
         self.threads.setPrefix("threads: ")
         self.threads.setToolTip(THREADS_TIP)
         self.load = QtWidgets.QPushButton("Load")
@@ -164,6 +172,10 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.plan.setWordWrap(True)
         self.plan.setStyleSheet(f"color: {theme.TEXT_DIM}")
         self._settings: Settings | None = None
+        # What the engine says about itself, in the box's plain text colour; the warning is for trouble.
+        self.note = QtWidgets.QLabel("")
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(f"color: {theme.TEXT_DIM}")
         self.warning = QtWidgets.QLabel("")
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
@@ -199,6 +211,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addLayout(self.facts)
+        layout.addWidget(self.note)
         layout.addWidget(self.warning)
         self._choice_changed()
 
@@ -345,22 +358,24 @@ class EnginePanel(QtWidgets.QGroupBox):
         if not loaded:
             self.status.setText("No engine loaded." + (f" {facts['error']}" if facts and facts.get("error") else ""))
             self.warning.setText("")
+            self.note.setText("")
             return
         self.status.setText("Loaded.")
         self.status.setStyleSheet(f"color: {theme.MINT}")
         facts = {"engine": "llama.cpp", **facts} if "engine" not in facts else facts
-        shown = [(title, _format(key, facts[key])) for key, title in FACT_LABELS.items()
+        shown = [(title, _format(key, facts[key]), FACT_TIPS.get(key, "")) for key, title in FACT_LABELS.items()
                  if facts.get(key) is not None and key not in WIDE_FACTS
                  and not (key == "quantization" and "file_type" in facts)]
-        for i, (title, text) in enumerate(shown):
-            self._add_fact(i // 2, 2 * (i % 2), title, text)
+        for i, (title, text, tip) in enumerate(shown):
+            self._add_fact(i // 2, 2 * (i % 2), title, text, tip=tip)
         row = (len(shown) + 1) // 2
         for key in WIDE_FACTS:
             if facts.get(key) is not None:
                 self._add_fact(row, 0, FACT_LABELS[key], _format(key, facts[key]), span=3)
                 row += 1
         self.setToolTip("\n".join(f"{k}: {v}" for k, v in facts.items()))
-        notes = [facts["note"]] if facts.get("note") else []
+        self.note.setText(facts.get("note") or "")
+        notes = []
         if "random" in str(facts.get("name", "")).lower() or facts.get("demo"):
             notes.append("The demo model has random weights: its text is noise. It is here to exercise the real "
                          "llama.cpp batching path; pick a GGUF for meaningful output.")
@@ -372,12 +387,13 @@ class EnginePanel(QtWidgets.QGroupBox):
         cells = [self.facts.itemAt(i).widget().text() for i in range(self.facts.count())]
         return dict(zip(cells[0::2], cells[1::2]))
 
-    def _add_fact(self, row: int, column: int, title: str, text: str, span: int = 1) -> None:
+    def _add_fact(self, row: int, column: int, title: str, text: str, span: int = 1, tip: str = "") -> None:
         caption = QtWidgets.QLabel(title)
+        caption.setToolTip(tip)
         caption.setStyleSheet(f"color: {theme.TEXT_DIM}")
         value = QtWidgets.QLabel(text)
         value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        value.setWordWrap(span > 1)
+        value.setWordWrap(True)  # a long value (a card's name) takes a second line, never the column's width
         self.facts.addWidget(caption, row, column)
         self.facts.addWidget(value, row, column + 1, 1, span)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOptions
+from swarm_panel.app.harness.example import example_folder, prepare_example
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, FINISHED, HarnessRun, Launcher
 from swarm_panel.app.service.request_log import RequestLog
@@ -58,7 +59,8 @@ class HarnessPanel(QtWidgets.QWidget):
         self.kind = QtWidgets.QComboBox()
         self.installed: dict[str, QtWidgets.QLabel] = {}
         self.where: dict[str, QtWidgets.QLabel] = {}
-        self.folder = QtWidgets.QLineEdit(str(Path.cwd()))
+        # A prepared project the default task is about (written at the first Start there).
+        self.folder = QtWidgets.QLineEdit(str(example_folder()))
         browse = QtWidgets.QPushButton("Choose…")
         browse.clicked.connect(self._choose_folder)
         self.task = QtWidgets.QLineEdit(DEFAULT_TASK)
@@ -102,10 +104,14 @@ class HarnessPanel(QtWidgets.QWidget):
     def _build_layout(self, browse: QtWidgets.QPushButton) -> None:
         harnesses = QtWidgets.QGridLayout()
         harnesses.setHorizontalSpacing(10)
-        for row, kind in enumerate(self.kinds.values()):
+        for column, caption in enumerate(("harness", "first turn", "", "its path, or how to install it")):
+            label = QtWidgets.QLabel(caption)
+            label.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
+            harnesses.addWidget(label, 0, column)
+        for row, kind in enumerate(self.kinds.values(), start=1):
             name = QtWidgets.QLabel(kind.display)
             name.setStyleSheet("font-weight: bold")
-            needs = QtWidgets.QLabel(f"~{kind.context_tokens / 1000:.0f}k")
+            needs = QtWidgets.QLabel(f"~{kind.context_tokens / 1000:.0f}k tokens")
             needs.setStyleSheet(f"color: {theme.TEXT_DIM}")
             needs.setToolTip(f"speaks {APIS[kind.api]}; its first turn needs ~{kind.context_tokens:,} tokens of "
                              "context")
@@ -188,6 +194,8 @@ class HarnessPanel(QtWidgets.QWidget):
             self.message.setText("Harnesses run on the app's event loop, which is not running.")
             return False
         self.launcher.options = self.options()
+        if Path(self.folder.text()) == example_folder():
+            prepare_example()
         n = self.count.value()
         self.message.setText(f"Starting {n} × {kind.display} in {self.folder.text()}…")
         self._run(self.launcher.start(kind, self.folder.text(), url, self.task.text(), n), self._started)

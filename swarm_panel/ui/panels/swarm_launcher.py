@@ -80,6 +80,9 @@ class SwarmLauncher(QtWidgets.QGroupBox):
         for key, label in MODES:
             self.mode.addItem(label, key)
         self.mode.setToolTip(MODE_TIP)
+        # A long mode's name must not widen the dock; the popup shows it whole.
+        self.mode.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mode.setMinimumContentsLength(14)
         self.mode.currentIndexChanged.connect(self._mode_changed)
         self.preset = QtWidgets.QComboBox()
         for name in [*self.presets, "custom"]:
@@ -132,6 +135,11 @@ class SwarmLauncher(QtWidgets.QGroupBox):
     @property
     def critical_path(self) -> bool:
         return self.mode.currentData() == "critical"
+
+    def expect(self, agents: int) -> None:
+        """Says the swarm is on its way while the engine loads (a first launch or --swarm starts it then)."""
+        if not self.running:
+            self.status.setText(f"{agents} agents start by themselves once the engine has loaded")
 
     def suit_engine(self, writes_text: bool) -> None:
         """Real agents on a model that writes real text; fixed lengths on the cost model or random weights."""

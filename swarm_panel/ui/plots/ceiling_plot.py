@@ -44,7 +44,7 @@ class CeilingPlot(QtWidgets.QWidget):
         self.header.setWordWrap(True)
         self.header.setStyleSheet(f"color: {theme.TEXT}; font-size: 10pt")
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(300)
+        self.plot.setMinimumHeight(160)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)

@@ -39,11 +39,13 @@ assert (CODE_IDLE, CODE_DECODE, CODE_PREFILL, CODE_PADDING, CODE_STALLED) == (0,
 
 
 def legend_html() -> str:
-    items = ((theme.USEFUL, "useful decode"), (theme.PREFILL, "prefill chunk"), (theme.PADDING, "padding (hatched)"),
-             (theme.STALLED, "stalled"), (theme.IDLE, "idle"))
+    items = ((theme.USEFUL, "■", "useful decode"), (theme.PREFILL, "■", "prefill chunk"),
+             (theme.PADDING, "■", "padding (hatched)"), (theme.STALLED, "■", "stalled"),
+             # Idle is nearly the background: an outline reads where a filled square would vanish.
+             (theme.TEXT_DIM, "□", "idle"))
     return "&nbsp;&nbsp;".join(
-        f"<span style='color:{c}; font-size:13pt'>■</span> <span style='color:{theme.TEXT_DIM}'>{name}</span>"
-        for c, name in items
+        f"<span style='color:{c}; font-size:13pt'>{mark}</span> <span style='color:{theme.TEXT_DIM}'>{name}</span>"
+        for c, mark, name in items
     )
 
 
@@ -89,12 +91,13 @@ class LaneTimeline(QtWidgets.QWidget):
         self.header.setTextFormat(QtCore.Qt.TextFormat.RichText)
         # A long header must not widen the window: it is cut, the plot below keeps its width.
         self.header.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self.header.setWordWrap(True)
         legend = QtWidgets.QLabel(legend_html())
         legend.setTextFormat(QtCore.Qt.TextFormat.RichText)
         legend.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         legend.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(160)
+        self.graphics.setMinimumHeight(80)
         self.plot = self.graphics.addPlot()
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
@@ -109,13 +112,13 @@ class LaneTimeline(QtWidgets.QWidget):
         self.plot.addItem(self.image)
         self.graphics.setToolTip("click a lane to watch the agent in it")
         self.plot.scene().sigMouseClicked.connect(self._clicked)
-        top = QtWidgets.QHBoxLayout()
-        # Both ignore their text's width, so the space they get is shared by these stretch factors.
-        top.addWidget(self.header, 3)
-        top.addWidget(legend, 2)
+        legend.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
+        layout.setSpacing(0)
+        # A row each: the header's figures and the legend both read whole on a narrow centre.
+        layout.addWidget(self.header)
+        layout.addWidget(legend)
         layout.addWidget(self.graphics, 1)
         self._lanes_shown = 0
         self._marker_lines: list[tuple[Marker, pg.InfiniteLine]] = []
@@ -155,11 +158,11 @@ class LaneTimeline(QtWidgets.QWidget):
             self.plot.getAxis("left").setTicks([[(k + 0.5, str(k)) for k in range(0, lanes, every)], []])
         name = theme.POLICY_LABELS.get(policy, policy)
         colour = theme.POLICY_COLOURS.get(policy, theme.TEXT)
-        self.header.setText(
-            f"<b>Lane timeline</b> &nbsp; <span style='color:{colour}'><b>{name}</b></span>"
-            f" &nbsp; <span style='color:{theme.TEXT_DIM}'>padding in the last {n} steps:</span> "
-            f"<b>{100 * self.padding_share:.0f}%</b> <span style='color:{theme.TEXT_DIM}'>of held lane slots</span>"
-        )
+        dim = f"<span style='color:{theme.TEXT_DIM}'>"
+        padding = (f"{dim}padding:</span> <b>{100 * self.padding_share:.0f}%</b> {dim}of the lane slots held over the "
+                   f"last {n:,} steps</span>" if n else f"{dim}no steps yet</span>")
+        self.header.setText(f"<b>Lane timeline</b> &nbsp; <span style='color:{colour}'><b>{name}</b></span>"
+                            f" &nbsp; {padding}")
         self._sync_markers(feed.markers, end - self.columns)
 
     def _sync_markers(self, markers: list[Marker], oldest: int) -> None:
@@ -170,6 +173,7 @@ class LaneTimeline(QtWidgets.QWidget):
                                        pen=pg.mkPen(theme.MARKER, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
                                        label=marker.label,
                                        labelOpts={"position": 0.1, "color": theme.MARKER,
+                                                  "anchors": [(1, 0.5), (1, 0.5)],
                                                   "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")})
                 self.plot.addItem(line, ignoreBounds=True)
                 self._marker_lines.append((marker, line))

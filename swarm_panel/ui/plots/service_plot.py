@@ -34,7 +34,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         super().__init__("Service per agent", parent)
         self.span_s = span_s
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(170)
+        self.plot.setMinimumHeight(50)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)
@@ -45,6 +45,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         self.plot.getAxis("left").setWidth(52)
         self.figures = QtWidgets.QLabel("no service yet")
         self.figures.setStyleSheet(f"color: {theme.TEXT}; font-size: 11pt")
+        self.figures.setWordWrap(True)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.keys = QtWidgets.QLabel("")
@@ -80,7 +81,7 @@ class ServicePlot(QtWidgets.QGroupBox):
         self._marked.add(key if key is not None else (t, label))
         line = pg.InfiniteLine(pos=t, angle=90, movable=False,
                                pen=pg.mkPen(theme.MARKER, width=1.2, style=QtCore.Qt.PenStyle.DashLine), label=label,
-                               labelOpts={"position": 0.4, "color": theme.MARKER, "anchors": [(0, 0.5), (1, 0.5)],
+                               labelOpts={"position": 0.4, "color": theme.MARKER, "anchors": [(1, 0.5), (1, 0.5)],
                                           "fill": pg.mkBrush(theme.PLOT_BACKGROUND + "d0")})
         self.plot.addItem(line, ignoreBounds=True)
 

@@ -141,13 +141,17 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, store)
     if screenshot is not None:
-        window.resize(1760, 1000)  # a fixed size for scripted captures, whatever geometry was remembered
+        # A fixed size for scripted captures (offscreen, its screen is 800 x 600), whatever was remembered.
+        window.fits_screen = False
+        window.resize(1760, 1000)
     window.show()
     closed = asyncio.Event()
     window.closed.connect(closed.set)
     loaded: asyncio.Future = loop.create_future()
     window.engine_loaded.connect(lambda error: loaded.done() or loaded.set_result(error))
     if not fleet:
+        if swarm:
+            window.launcher.expect(max(1, min(64, swarm)))
         window.start_engine()
 
     def set_api_key(key: str) -> None:
@@ -194,6 +198,8 @@ async def _run_until_closed(window, http, loaded, closed, swarm, switch, screens
     if swarm and error is None:
         window.launcher.agents.setValue(max(1, min(64, swarm)))
         window.launcher.start()
+    elif swarm:
+        window.launcher.status.setText("idle: the engine did not load, so the swarm did not start")
     if switch:
         target, _, seconds = switch.partition("@")
         loop.call_later(float(seconds or 0), lambda: _switch(window, target))

@@ -18,7 +18,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.fit import StepLine, ceiling_tok_s
 from swarm_panel.ui.fleet.fleet_mode import NOT_MEASURED_TIP, FleetMode, embedded_only
 from swarm_panel.ui.panels.ab_run import ABRun
-from swarm_panel.ui.panels.agent_view import AgentView
+from swarm_panel.ui.panels.agents_panel import AgentsPanel
 from swarm_panel.ui.panels.agents_table import agent_rows, with_priority
 from swarm_panel.ui.panels.cache_panel import CachePanel
 from swarm_panel.ui.panels.controls import SchedulerControls
@@ -28,11 +28,13 @@ from swarm_panel.ui.panels.harness_panel import HarnessPanel
 from swarm_panel.ui.panels.swarm_launcher import SwarmLauncher
 from swarm_panel.ui.plots.ceiling_plot import CeilingPlot
 from swarm_panel.ui.plots.lane_timeline import LaneTimeline
-from swarm_panel.ui.plots.live_plots import PlotsPanel
+from swarm_panel.ui.plots.live_plots import PLOTS, PlotsPanel
 from swarm_panel.ui.plots.service_plot import ServicePlot
+from swarm_panel.ui.shell.docks import arrange, make_docks, size_docks
 from swarm_panel.ui.shell.export import export_figures, export_png
 from swarm_panel.ui.shell.status_bar import StatusBar, threads_note
 from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.toolkit.screen_fit import fit_rect, roomy, screen_key
 from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,12 @@ REFRESH_HZ = 15
 SLOW_EVERY = 6  # table, status bar and step-line fit: every sixth refresh (about 2.5 Hz)
 POLICY_CAPTION = "batching policy"
 KNOBS_IN_FLEET = "Off while the fleet serves: every backend runs its own scheduler with its own knobs."
+# What a first launch takes of a screen with room to spare (at least MIN_SHARE_SIZE); a smaller screen
+# gets all of its available area.
+SCREEN_SHARE = 0.88
+MIN_SHARE_SIZE = (1680, 1000)
+# saveState's version: a layout kept by a build with other docks is not restored into this one.
+LAYOUT_VERSION = 1
 
 
 class KpiStrip(QtWidgets.QWidget):
@@ -59,8 +67,9 @@ class KpiStrip(QtWidgets.QWidget):
                                    ("device_busy", "device busy", theme.MINT), ("ceiling", "ceiling tok/s", theme.MINT),
                                    ("occupancy", "occupancy", theme.USEFUL), ("queue", "waiting", theme.QUEUE)):
             box = QtWidgets.QVBoxLayout()
+            box.setSpacing(0)
             value = QtWidgets.QLabel("–")
-            value.setStyleSheet(f"color: {colour}; font-size: 20pt; font-weight: bold")
+            value.setStyleSheet(f"color: {colour}; font-size: 17pt; font-weight: bold")
             caption = QtWidgets.QLabel(title)
             caption.setToolTip(tips.get(key, ""))
             caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
@@ -105,6 +114,8 @@ class MainWindow(QtWidgets.QMainWindow):
         # The KV layout and the attention kernel last shown: a change marks the plots.
         self._kv_layout: tuple[str | None, str | None] | None = None
         self.refresh_seconds: list[float] = []
+        self._fresh_layout = False  # arranged for this screen's size, not restored: the agents table wants its rows
+        self.fits_screen = True  # off for a scripted capture of a fixed size
 
         self.controls = SchedulerControls(self.apply_scheduler)
         self.kpis = KpiStrip()
@@ -118,7 +129,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.engine_panel = EnginePanel()
         self.cache_panel = CachePanel(self.apply_scheduler)
         self.endpoint = EndpointPanel()
-        self.agent_view = AgentView(service.activity)
+        self.agents = AgentsPanel(service.activity)
+        self.agent_view = self.agents.view
         self.harness = HarnessPanel(service.requests, lambda: self.url, lambda: self.service.settings)
         self.status = StatusBar()
         self.setStatusBar(self.status)
@@ -135,14 +147,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self.engine_panel.unload_requested.connect(self.unload_engine)
         self.engine_panel.fleet_requested.connect(self.load_fleet)
         self.endpoint.api_key_changed.connect(self._api_key_changed)
-        self.endpoint.table.agent_clicked.connect(self.agent_view.show_agent)
-        self.endpoint.table.priority_set.connect(self.set_agent_priority)
+        self.agents.table.priority_set.connect(self.set_agent_priority)
         self.launcher.round_done.connect(self.service_plot.show_round)
         self.timeline.lane_clicked.connect(self.show_lane)
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(round(1000 / refresh_hz))
         self.timer.timeout.connect(self.refresh)
         self._restore()
+        self.place_on(self.screen())
         if service.loaded:
             self._engine_ready()
         self.timer.start()
@@ -150,67 +162,47 @@ class MainWindow(QtWidgets.QMainWindow):
     # -- layout --------------------------------------------------------------------------------
 
     def _build_layout(self) -> None:
-        left = QtWidgets.QVBoxLayout()
-        left.addWidget(self.controls)
-        left.addWidget(self.launcher)
-        left.addWidget(self.ab, 1)
-        right = QtWidgets.QVBoxLayout()
-        # The facts panels keep their natural height; the agents table and the agent view share the rest.
-        for panel in (self.engine_panel, self.cache_panel):
-            panel.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
-        right.addWidget(self.engine_panel)
-        right.addWidget(self.cache_panel)
-        # Real coding agents (Claude Code, Codex...) launched against the endpoint, a tab beside its agents.
-        self.right_tabs = QtWidgets.QTabWidget()
-        self.right_tabs.addTab(self.endpoint, "Endpoint and agents")
-        self.right_tabs.addTab(self.harness, "Coding agents")
-        right.addWidget(self.right_tabs, 1)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        splitter.setChildrenCollapsible(False)
         self.plot_tabs = QtWidgets.QTabWidget()
         self.plot_tabs.setDocumentMode(True)  # no frame: with the tab bar hidden, the live plots look as alone
         self.plot_tabs.addTab(self.plots, "Live")
         self.plot_tabs.addTab(self.ceiling_plot, "Ceiling against context (modeled card)")
         self._show_ceiling_tab(False)
-        splitter.addWidget(self.plot_tabs)
-        splitter.addWidget(self.service_plot)
-        # A lane clicked in the timeline opens its agent right beside it.
-        bottom = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        bottom.addWidget(self.timeline)
-        bottom.addWidget(self.agent_view)
-        bottom.setStretchFactor(0, 3)
-        bottom.setStretchFactor(1, 2)
-        splitter.addWidget(bottom)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
+        for widget, stretch in ((self.plot_tabs, 4), (self.service_plot, 1), (self.timeline, 1)):
+            splitter.addWidget(widget)
+            splitter.setStretchFactor(splitter.count() - 1, stretch)
+        self.splitters = {"centre": splitter, "plots": self.plots.splitter, "agents": self.agents.splitter}
         # Page 0: the embedded engine's plots; the fleet mode adds its plots as a page of their own.
         self.centre = QtWidgets.QStackedWidget()
         self.centre.addWidget(splitter)
-        center = QtWidgets.QVBoxLayout()
-        center.setContentsMargins(0, 0, 0, 0)
-        center.addWidget(self.centre, 1)
-        columns = QtWidgets.QHBoxLayout()
-        for column, width in ((left, 330), (center, None), (right, 490)):
-            holder = QtWidgets.QWidget()
-            holder.setLayout(column)
-            if width:
-                holder.setFixedWidth(width)
-            columns.addWidget(holder, 0 if width else 1)
-        header = QtWidgets.QHBoxLayout()
+        self.setCentralWidget(self.centre)
+        # The policy switch and the figures it moves span the window above the docks.
+        header = QtWidgets.QWidget()
+        row = QtWidgets.QHBoxLayout(header)
+        row.setContentsMargins(4, 2, 4, 2)
         self.policy_caption = QtWidgets.QLabel(POLICY_CAPTION)
         self.policy_caption.setStyleSheet(f"color: {theme.TEXT_DIM}; font-size: 9pt")
         switch_box = QtWidgets.QVBoxLayout()
+        switch_box.setSpacing(0)
         switch_box.addWidget(self.controls.switch)
         switch_box.addWidget(self.policy_caption)
-        header.addLayout(switch_box)
-        header.addSpacing(24)
-        header.addWidget(self.kpis, 1)
-        root = QtWidgets.QVBoxLayout()
-        root.addLayout(header)
-        root.addLayout(columns, 1)
-        central = QtWidgets.QWidget()
-        central.setLayout(root)
-        self.setCentralWidget(central)
-        self.resize(1680, 1000)
+        row.addLayout(switch_box)
+        row.addSpacing(16)
+        row.addWidget(self.kpis, 1)
+        self.header = QtWidgets.QToolBar("Batching policy")
+        self.header.setObjectName("header")
+        self.header.setMovable(False)
+        self.header.setFloatable(False)
+        self.header.toggleViewAction().setVisible(False)  # the mission's main control is never hidden
+        self.header.addWidget(header)
+        self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, self.header)
+        self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
+                            | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks
+                            | QtWidgets.QMainWindow.DockOption.AllowNestedDocks)
+        self.docks = make_docks(self, {"knobs": self.controls, "launcher": self.launcher, "ab": self.ab,
+                                       "engine": self.engine_panel, "cache": self.cache_panel,
+                                       "endpoint": self.endpoint, "coding": self.harness, "agents": self.agents})
 
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&File")
@@ -221,6 +213,23 @@ class MainWindow(QtWidgets.QMainWindow):
             action.setShortcut(shortcut)
             action.triggered.connect(slot)
             menu.addAction(action)
+        view = self.menuBar().addMenu("&View")
+        for dock in self.docks.values():
+            view.addAction(dock.toggleViewAction())
+        view.addSeparator()
+        self.plot_actions: dict[str, QtGui.QAction] = {}
+        shows = {name: (f"{title} plot", partial(self.plots.set_plot_shown, name))
+                 for name, (title, _, _) in PLOTS.items()}
+        shows |= {"service": ("Service per agent plot", self.service_plot.setVisible),
+                  "timeline": ("Lane timeline", self.timeline.setVisible)}
+        for name, (text, show) in shows.items():
+            action = view.addAction(text)
+            action.setCheckable(True)
+            action.setChecked(True)
+            action.toggled.connect(show)
+            self.plot_actions[name] = action
+        view.addSeparator()
+        view.addAction("Reset the layout", self.reset_layout)
 
     # -- scheduler -------------------------------------------------------------------------------
 
@@ -309,7 +318,7 @@ class MainWindow(QtWidgets.QMainWindow):
         rows = agent_rows(snapshot.agents, inflight, lane_states, priorities, prompts)
         self.service_plot.update_from(self.feed.axis_time(time.monotonic()), snapshot.agents, inflight, num_lanes,
                                       self.feed.markers[-20:])
-        self.endpoint.set_agents(len(inflight), rows)
+        self.agents.set_agents(len(inflight), rows)
         if self.agent_view.agent is None and rows:  # something to watch from the first request on
             self.agent_view.show_agent(rows[0].agent)
         self.last_snapshot = snapshot
@@ -346,7 +355,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """The gateway's figures where the embedded engine's would be; its policy can change over HTTP too."""
         self.policy_caption.setText(self.fleet.policy_caption())
         rows = self.fleet.agent_rows()
-        self.endpoint.set_agents(sum(row.open > 0 for row in rows), rows)
+        self.agents.set_agents(sum(row.open > 0 for row in rows), rows)
         self.status.showMessage(self.fleet.summary())
         self.cache_panel.figures.setText("Each backend's prefix cache hit rate is plotted in the fleet panel.")
 
@@ -526,6 +535,93 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self.statusBar().showMessage(f"Wrote {path}", 5000)
 
+    # -- the screen ------------------------------------------------------------------------------
+
+    def place_on(self, screen: QtGui.QScreen) -> None:
+        """The layout last kept on this screen, else the first launch's for its size; never beyond its
+        available area."""
+        available = screen.availableGeometry()
+        self.setScreen(screen)
+        kept = self.store.layout(screen_key(screen)) if self.store is not None else {}
+        if not (kept and self._restore_layout(kept)):
+            self._arrange(available)
+        self.fit_within(available)
+        if self.isVisible():
+            self._fit_to_screen()
+
+    def _restore_layout(self, parts: dict[str, QtCore.QByteArray]) -> bool:
+        if not (self.restoreGeometry(parts.get("geometry", QtCore.QByteArray()))
+                and self.restoreState(parts.get("state", QtCore.QByteArray()), LAYOUT_VERSION)):
+            return False
+        for name, splitter in self.splitters.items():
+            if name in parts:
+                splitter.restoreState(parts[name])
+        self.agents.auto_split = "agents" not in parts
+        return True
+
+    def layout_parts(self) -> dict[str, QtCore.QByteArray]:
+        parts = {"geometry": self.saveGeometry(), "state": self.saveState(LAYOUT_VERSION)}
+        return parts | {name: splitter.saveState() for name, splitter in self.splitters.items()}
+
+    def _arrange(self, available: QtCore.QRect) -> None:
+        arrange(self, self.docks, roomy(available))
+        if not roomy(available):
+            # Its height goes to the four live plots and the lane timeline; the View menu brings it back.
+            self.plot_actions["service"].setChecked(False)
+        width, height = (min(room, max(least, round(room * SCREEN_SHARE)))
+                         for least, room in zip(MIN_SHARE_SIZE, (available.width(), available.height())))
+        frame = QtCore.QRect(0, 0, width, height)
+        frame.moveCenter(available.center())
+        self.setGeometry(frame)
+        self._fresh_layout = True
+
+    def reset_layout(self) -> None:
+        for action in self.plot_actions.values():
+            action.setChecked(True)
+        self.agents.set_hidden_columns([])
+        self._arrange(self.screen().availableGeometry())
+        self._fit_to_screen()
+
+    def fit_within(self, available: QtCore.QRect) -> None:
+        """Shrinks, then moves, the window so its frame (title bar included, where known) lies within `available`."""
+        if self.isMaximized() or self.isFullScreen():
+            return
+        frame = self.frameGeometry() if self.isVisible() else self.geometry()
+        inner = self.geometry()
+        margins = QtCore.QMargins(inner.left() - frame.left(), inner.top() - frame.top(),
+                                  frame.right() - inner.right(), frame.bottom() - inner.bottom())
+        target = fit_rect(frame, margins, available)
+        if target != inner:
+            self.setGeometry(target)
+
+    def showEvent(self, event: QtGui.QShowEvent) -> None:  # noqa: N802 (Qt API)
+        super().showEvent(event)
+        # The window manager's frame is known once shown: keep the title bar on the screen too.
+        QtCore.QTimer.singleShot(0, self, self._fit_to_screen)
+
+    @property
+    def layout_settled(self) -> bool:
+        """Shown, and a first arrangement given its docks' and splitters' sizes."""
+        return self.isVisible() and not self._fresh_layout
+
+    def _fit_to_screen(self) -> None:
+        if self.fits_screen:
+            self.fit_within(self.screen().availableGeometry())
+        if self._fresh_layout and self.isVisible():
+            # The splitter's heights exist once the window is laid out at its size.
+            self.layout().activate()
+            size_docks(self, self.docks, roomy(self.screen().availableGeometry()))
+            # The service plot and the lane timeline a fifth of the height each (their minimum on a small
+            # screen), the live plots the rest.
+            centre = self.splitters["centre"]
+            height = sum(centre.sizes())
+            lower = [max(widget.minimumSizeHint().height(), height * 22 // 100) if widget.isVisible() else 0
+                     for widget in (self.service_plot, self.timeline)]
+            centre.setSizes([height - sum(lower), *lower])
+            self.layout().activate()
+            self.agents.give_table_its_rows()
+            self._fresh_layout = False
+
     # -- settings and shutdown -------------------------------------------------------------------
 
     def _restore(self) -> None:
@@ -534,9 +630,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.engine_panel.backends.set_backends(self.service.settings.backends)
         if self.store is None:
             return
-        geometry = self.store.geometry()
-        if geometry is not None:
-            self.restoreGeometry(geometry)
+        for name in self.store.get("plots_hidden", []) or []:
+            if name in self.plot_actions:
+                self.plot_actions[name].setChecked(False)
+        self.agents.set_hidden_columns(self.store.get("agents_hidden_columns", []) or [])
         self.launcher.set_values(self.store.get("swarm", {}))
         self.ab.seconds.setValue(int(self.store.get("ab_seconds", self.ab.seconds.value())))
         model = self.store.get("model_path", "") or ""
@@ -546,7 +643,9 @@ class MainWindow(QtWidgets.QMainWindow):
     def save_settings(self) -> None:
         if self.store is None:
             return
-        self.store.set_geometry(self.saveGeometry())
+        self.store.set_layout(screen_key(self.screen()), self.layout_parts())
+        self.store.set("plots_hidden", [name for name, action in self.plot_actions.items() if not action.isChecked()])
+        self.store.set("agents_hidden_columns", self.agents.hidden_columns())
         self.store.set("swarm", self.launcher.values())
         self.store.set("ab_seconds", self.ab.seconds.value())
         settings = self.service.settings

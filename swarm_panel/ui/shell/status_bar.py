@@ -7,6 +7,7 @@ from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.runtime.core.careful_write import on_unwritable, unwritable_folders
 from swarm_panel.runtime.core.fit import StepLine
+from swarm_panel.ui.toolkit.elided_label import ElidedLabel
 
 
 class StatusBar(QtWidgets.QStatusBar):
@@ -16,16 +17,17 @@ class StatusBar(QtWidgets.QStatusBar):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self.step_line = QtWidgets.QLabel("t(B): waiting for decode steps at two widths")
-        self.ceiling = QtWidgets.QLabel("ceiling: –")
-        self.rate = QtWidgets.QLabel("0 steps/s")
+        # Elided: a long figure must not make the window wider than a small screen; the tooltip shows it whole.
+        self.step_line = ElidedLabel("t(B): waiting for decode steps at two widths")
+        self.ceiling = ElidedLabel("ceiling: –")
+        self.rate = ElidedLabel("0 steps/s")
         self.address = QtWidgets.QLabel("not listening")
-        self.unwritable = QtWidgets.QLabel()
+        self.unwritable = ElidedLabel()
         self.unwritable.setObjectName("unwritable")
         self.unwritable.hide()
         self._unwritable_shown: dict[str, str] = {}
-        for label in (self.step_line, self.ceiling, self.rate):
-            self.addWidget(label)
+        for label, stretch in ((self.step_line, 3), (self.ceiling, 2), (self.rate, 2)):
+            self.addWidget(label, stretch)
         self.addPermanentWidget(self.unwritable)
         self.addPermanentWidget(self.address)
         self.unwritable_found.connect(self.show_unwritable, QtCore.Qt.ConnectionType.QueuedConnection)

@@ -1,4 +1,5 @@
-"""What the panel remembers between runs (QSettings): policy, knobs, geometry, model, launcher values.
+"""What the panel remembers between runs (QSettings): policy, knobs, model, launcher values, and per screen
+the window's geometry and its docks' arrangement.
 
 Qt writes the file itself, so the careful writer cannot: a file Qt cannot parse, or holding a value that is not
 the JSON this store writes, is set aside (kept, renamed) and the panel opens on its defaults; a file Qt cannot
@@ -17,7 +18,6 @@ from PySide6 import QtCore
 from swarm_panel.runtime.core.careful_write import report, set_aside
 
 log = logging.getLogger(__name__)
-GEOMETRY = "window/geometry"  # a QByteArray of Qt's, the one value not written as JSON
 LOST = "the panel's settings will not be remembered"
 
 ORGANIZATION = "swarm-panel"
@@ -42,7 +42,8 @@ class SettingsStore:
             return "Qt cannot parse it"
         for key in self._q.allKeys():
             raw = self._q.value(key)
-            if key == GEOMETRY or raw is None:
+            # The layout's parts (window geometry, dock and splitter state) are Qt's bytes, not JSON.
+            if raw is None or isinstance(raw, QtCore.QByteArray):
                 continue
             try:
                 json.loads(raw)
@@ -62,12 +63,19 @@ class SettingsStore:
     def set(self, key: str, value: Any) -> None:
         self._q.setValue(key, json.dumps(value))
 
-    def geometry(self) -> QtCore.QByteArray | None:
-        value = self._q.value(GEOMETRY)
-        return value if isinstance(value, QtCore.QByteArray) else None
+    def layout(self, screen: str) -> dict[str, QtCore.QByteArray]:
+        """The parts of the window's layout last kept on this screen (a screen_fit.screen_key): its geometry,
+        its docks' state and its splitters', by name; empty if none was kept there."""
+        self._q.beginGroup(f"layout/{screen}")
+        try:
+            parts = {key: self._q.value(key) for key in self._q.childKeys()}
+        finally:
+            self._q.endGroup()
+        return {key: value for key, value in parts.items() if isinstance(value, QtCore.QByteArray)}
 
-    def set_geometry(self, geometry: QtCore.QByteArray) -> None:
-        self._q.setValue(GEOMETRY, geometry)
+    def set_layout(self, screen: str, parts: dict[str, QtCore.QByteArray]) -> None:
+        for key, value in parts.items():
+            self._q.setValue(f"layout/{screen}/{key}", value)
 
     def sync(self) -> None:
         self._q.sync()

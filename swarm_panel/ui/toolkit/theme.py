@@ -41,7 +41,7 @@ QGroupBox QWidget {{ background: {PANEL}; }}
 QPushButton {{ background: #18434b; border: 1px solid {PANEL_EDGE}; border-radius: 4px; padding: 4px 10px; }}
 QPushButton:hover {{ background: #1f5560; }}
 QPushButton:disabled {{ color: #5d7c78; }}
-QPushButton#policyButton {{ font-size: 12pt; font-weight: bold; padding: 8px 14px; border-radius: 0px;
+QPushButton#policyButton {{ font-size: 12pt; font-weight: bold; padding: 4px 12px; border-radius: 0px;
                             background: #0f2d33; color: {TEXT_DIM}; }}
 QPushButton#policyButton:checked {{ color: #0a1f23; }}
 {_POLICY_BUTTONS}

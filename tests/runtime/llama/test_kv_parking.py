@@ -118,7 +118,7 @@ def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
         assert feed.latest("parked_pct") == 100.0 * snap.parked_bytes / budget
         _, y = panel.curves["parked_pct"].getData()
         assert y[-1] == feed.latest("parked_pct")
-        assert f"parked {snap.parked_bytes / 1e6:,.1f} MB in host RAM" in panel.kv_text.toPlainText()
+        assert f"parked {snap.parked_bytes / 1e6:,.1f} MB in host RAM" in panel.kv_summary
         finish(loop, engine)
 
 

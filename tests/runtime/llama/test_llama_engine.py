@@ -106,6 +106,8 @@ def test_tiny_model_loads_with_its_facts(engine, tiny_model_path):
     assert 500_000 < facts["n_params"] < 2_000_000
     assert facts["file_size_bytes"] == os.path.getsize(tiny_model_path)
     assert facts["file_type"] == "F16"
+    # The model's own parameter count, not llama.cpp's size class of its shape.
+    assert facts["description"] == f"llama {facts['n_params'] / 1e6:.1f}M F16"
     assert facts["context_length_train"] == 2048
     assert facts["n_ctx"] == engine.max_context == engine.kv_capacity == 1024
     assert facts["n_batch"] == engine.max_step_tokens == 256

@@ -44,12 +44,14 @@ def engine_tuning(model_path: Path, *, offloaded: bool, extra_buffers: str, flas
     if extra_buffers == "auto":
         progress("checking this CPU's extra buffer types (a probe, once per machine and model)", None)
     buffers = decide_extra_buffers(model_path, extra_buffers)
+    stage = "timing both attention kernels on this CPU (once per machine, model and layout)"
     if flash_attn == "auto":
-        progress("timing both attention kernels on this CPU (once per machine, model and layout)", None)
+        progress(stage, None)
     # Timed in the layout the engine opens with; a widened pool takes flash attention where the probe
     # chose (LlamaEngine._widened_kernel), and narrowing brings the split layout's kernel back.
     attention = decide_flash_attn(model_path, flash_attn, layout, cpu_only=True, kv_type=kv_type,
-                                  extra_buffers=buffers.enabled, n_threads=n_threads)
+                                  extra_buffers=buffers.enabled, n_threads=n_threads,
+                                  progress=lambda share: progress(stage, share))
     log.info("CPU tuning for %s: extra buffer types %s; flash attention %s", model_path.name, buffers.reason,
              attention.reason)
     return EngineTuning(buffers.enabled, buffers.reason, attention.setting, attention.reason, attention.curve)

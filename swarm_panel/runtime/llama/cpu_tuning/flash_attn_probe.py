@@ -18,6 +18,7 @@ the probe runs once for each.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import statistics
 import time
@@ -103,6 +104,10 @@ class ProbeLayout:
 
 
 # (model path, extra buffers, threads, layout) -> seconds per decode step with flash attention, and without.
+# Called with each timing engine closed, while decide_flash_attn counts them for its caller's progress bar.
+_engine_timed: contextvars.ContextVar[Callable[[], None]] = contextvars.ContextVar("engine_timed",
+                                                                                    default=lambda: None)
+
 Measure = Callable[[Path, bool, "int | None", ProbeLayout], tuple[float, float]]
 # (model path, extra buffers, threads, layout) -> both kernels' curve, or None where the layout has no room.
 MeasureCurve = Callable[[Path, bool, "int | None", ProbeLayout], "AttentionCurve | None"]
@@ -123,11 +128,12 @@ def cache_file() -> Path:
 
 def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_only: bool, kv_type: str,
                       extra_buffers: bool = False, n_threads: int | None = None, cache_path: Path | None = None,
-                      measure: Measure | None = None, measure_curve: MeasureCurve | None = None) -> FlashAttnDecision:
+                      measure: Measure | None = None, measure_curve: MeasureCurve | None = None,
+                      progress: Callable[[float], None] | None = None) -> FlashAttnDecision:
     """The user's "on"/"off" as given; "auto" with GPU offload or a quantized cache is llama.cpp's choice,
     and on a CPU-only F16 run the remembered probe's verdict for this layout, timing it once if needed.
     A split layout's verdict comes with both kernels' curve (`time_curve`, or `measure_curve`; a
-    `measure` given alone times no curve)."""
+    `measure` given alone times no curve). `progress` gets the share of the timing engines done."""
     if mode in ("on", "off"):
         return FlashAttnDecision(mode, f"{mode} by setting")
     if mode != "auto":
@@ -143,6 +149,32 @@ def decide_flash_attn(model_path: Path, mode: str, layout: ProbeLayout, *, cpu_o
     # Verdicts by layout under the model's key (an older file's single verdict has no layout: timed again).
     remembered = read_verdicts(cache_path).get(machine, {}).get(model, {}).get(str(layout))
     curve_of = measure_curve or (time_curve if measure is None else None)
+    kept = remembered if isinstance(remembered, dict) else {}
+    engines = (0 if kept else 2 * ROUNDS) + (2 if curve_of and not layout.kv_unified and "curve" not in kept else 0)
+    token = _engine_timed.set(_counter(engines, progress)) if progress is not None and engines else None
+    try:
+        return _decide(model_path, layout, remembered, cache_path, machine, model, curve_of, measure, extra_buffers,
+                       n_threads)
+    finally:
+        if token is not None:
+            _engine_timed.reset(token)
+
+
+def _counter(engines: int, progress: Callable[[float], None]) -> Callable[[], None]:
+    done = 0
+
+    def one_more() -> None:
+        nonlocal done
+        done += 1
+        progress(min(1.0, done / engines))
+
+    progress(0.0)
+    return one_more
+
+
+def _decide(model_path: Path, layout: ProbeLayout, remembered, cache_path: Path, machine: str, model: str,
+            curve_of: MeasureCurve | None, measure: Measure | None, extra_buffers: bool,
+            n_threads: int | None) -> FlashAttnDecision:
     if isinstance(remembered, dict):
         decision = FlashAttnDecision(remembered["setting"], remembered["reason"] + " (remembered)")
         if "curve" in remembered:
@@ -208,6 +240,7 @@ def time_both(model_path: Path, extra_buffers: bool, n_threads: int | None,
                 decode = decode_step_s(engine, lanes, STEPS)
                 times[setting].append(DECODE_STEPS_PER_CHUNK * decode + prompt_chunk_s(engine, lanes[0], layout.chunk))
                 engine.step(StepPlan(release=lanes))
+            _engine_timed.get()()
     return min(times["on"]), min(times["off"])
 
 
@@ -233,6 +266,7 @@ def time_curve(model_path: Path, extra_buffers: bool, n_threads: int | None,
             lanes = fill_lanes(engine, layout.rows, long)
             steps[setting] = (at_short, decode_step_s(engine, lanes, STEPS))
             engine.step(StepPlan(release=lanes))
+        _engine_timed.get()()
     curve = AttentionCurve((short, long), steps["on"], steps["off"], (tokens["on"], tokens["off"]), layout.rows)
     log.info("decode step of %d lanes at %d and %d tokens: %.0f and %.0f ms with flash attention, %.0f and %.0f "
              "ms without", layout.rows, short, long, *(1e3 * t for t in curve.on), *(1e3 * t for t in curve.off))

@@ -136,3 +136,17 @@ def test_a_model_too_large_to_time_quickly_keeps_the_plain_path_untimed(tmp_path
     decision = decide(tmp_path, big, fast)
     assert decision.setting == "off" and "not timed" in decision.reason
     assert fast.calls == []
+
+
+def test_the_real_probe_reports_its_share_done_engine_by_engine(tmp_path, tiny_model_path):
+    shares: list[float] = []
+    layout = ProbeLayout(4096, 8, True)  # unified: no curve is timed, the kernels' rounds alone
+    decide_flash_attn(tiny_model_path, "auto", layout, cpu_only=True, kv_type="f16", n_threads=1,
+                      cache_path=tmp_path / "fa.json", progress=shares.append)
+    assert shares[0] == 0.0 and shares[-1] == 1.0
+    assert len(shares) == 2 * probe.ROUNDS + 1 and shares == sorted(set(shares))
+    # Remembered: nothing timed, nothing to count.
+    again: list[float] = []
+    decide_flash_attn(tiny_model_path, "auto", layout, cpu_only=True, kv_type="f16", n_threads=1,
+                      cache_path=tmp_path / "fa.json", progress=again.append)
+    assert again == []
