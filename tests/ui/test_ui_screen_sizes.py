@@ -124,7 +124,7 @@ def test_a_rearranged_layout_comes_back_on_its_screen(qtbot, no_user_config, tmp
     window.docks["endpoint"].close()
     window.plot_actions["kv"].setChecked(False)
     window.agents.set_hidden_columns(["tokens"])
-    window.resize(1200, 700)
+    window.resize(1240, 700)
     window.close()
     service.stop()
 
@@ -134,7 +134,7 @@ def test_a_rearranged_layout_comes_back_on_its_screen(qtbot, no_user_config, tmp
         assert not window.docks["endpoint"].toggleViewAction().isChecked()
         assert window.plots.shown_plots() == ["throughput", "occupancy", "utilization"]
         assert window.agents.hidden_columns() == ["tokens"]
-        assert window.size() == QtCore.QSize(1200, 700)
+        assert window.size() == QtCore.QSize(1240, 700)
         # The View menu's reset: the first launch's arrangement for this screen.
         window.reset_layout()
         assert window.dockWidgetArea(window.docks["cache"]) == right
