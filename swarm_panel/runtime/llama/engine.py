@@ -928,16 +928,22 @@ class LlamaEngine:
         if host_logits:
             # One row without a backend sampler, and llama.cpp copies every output row's logits.
             self._times.logits_bytes += outputs * self.vocab.n_tokens * 4
+        # A later call overwrites this one's logits: its rows are sampled now.
         wall, cpu = time.perf_counter(), time.thread_time()
-        # One view of every output row's logits (rows in batch order): a view a row costs more than its argmax.
-        logits = None
-        if host_logits and to_sample:
+        self._sample_call(to_sample, outputs if host_logits else 0, samples)
+        self._times.sample_s += time.perf_counter() - wall
+        self._times.sample_cpu_s += time.thread_time() - cpu
+
+    def _sample_call(self, to_sample: list[tuple[int, int, Row]], outputs: int, samples: dict[int, Sample]) -> None:
+        """Each row's token: the numpy greedy rows together from one view of the `outputs` rows of logits the
+        host holds (0: none; a view a row cost more than its argmax), the others by their own samplers."""
+        greedy = []
+        if outputs:
+            greedy = [(index, ordinal, row) for index, ordinal, row in to_sample
+                      if isinstance(self._lanes[row.request.request_id].sampler, GreedySampler)]
+        if greedy:
             pointer = ctypes.cast(llama_cpp.llama_get_logits(self._ctx), ctypes.POINTER(ctypes.c_float))
             logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.vocab.n_tokens))
-        # A later call overwrites this one's logits: its rows are sampled now, the numpy greedy ones together.
-        greedy = [(index, ordinal, row) for index, ordinal, row in to_sample
-                  if logits is not None and isinstance(self._lanes[row.request.request_id].sampler, GreedySampler)]
-        if greedy:
             tokens = choose_rows([self._lanes[row.request.request_id].sampler for _, _, row in greedy], logits,
                                  [ordinal for _, ordinal, _ in greedy])
             for (index, _, row), token in zip(greedy, tokens):
@@ -946,8 +952,6 @@ class LlamaEngine:
             if row.request.request_id not in samples:
                 token = self._lanes[row.request.request_id].sampler.sample(self._ctx, index)
                 samples[row.request.request_id] = self._sampled(row.request, index, token)
-        self._times.sample_s += time.perf_counter() - wall
-        self._times.sample_cpu_s += time.thread_time() - cpu
 
     def _take_back(self, done: list[tuple[int, Row]], samples: dict[int, Sample]) -> None:
         """A later call of the step found no KV room: the step keeps nothing, so the rows already run
