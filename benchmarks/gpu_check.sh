@@ -33,7 +33,8 @@
 # Settings (environment): GPU_CHECK_BUDGET (seconds for this call, default 570), GPU_CHECK_FA (off: ggml's
 # FlashAttention kernels are not compiled; on: they are, about 6,000 core-seconds more), GPU_CHECK_KIT,
 # GPU_CHECK_WORK (default /tmp/gpu-check), GPU_CHECK_PYTHON (default python3), GPU_CHECK_REQUESTS
-# (requests per agent in (b), default 4; the seed's is 8), GPU_CHECK_SHAPE (default 9b),
+# (requests per agent in (b)'s naive and shrinking, default 4) and GPU_CHECK_SEED_REQUESTS (continuous's,
+# default the seed's 8), GPU_CHECK_SHAPE (default 9b),
 # GPU_CHECK_CUDA_ARCH (default 90-real), GPU_CHECK_NVIDIA_SMI, GPU_CHECK_NVCC, and GPU_CHECK_REHEARSAL=1:
 # every phase on a CPU build, on a machine without a GPU (it tests the script, not a GPU).
 set -uo pipefail
@@ -45,6 +46,9 @@ WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
 BUDGET=${GPU_CHECK_BUDGET:-570}
 PY=${GPU_CHECK_PYTHON:-python3}
 REQUESTS=${GPU_CHECK_REQUESTS:-4}
+# Continuous runs the seed's own 8 requests per agent: with 4, the article's lengths add up differently per
+# agent and the longest one's turns leave lanes empty that no schedule can fill (docs/gpu.md).
+SEED_REQUESTS=${GPU_CHECK_SEED_REQUESTS:-8}
 SHAPE=${GPU_CHECK_SHAPE:-9b}
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-90-real}
 # ggml's FlashAttention kernels are about half of ggml-cuda's compile (estimated here: ~6,000 of ~12,500
@@ -122,9 +126,9 @@ bench_limit_args() {  # on|off: sampling on the backend or the host
         --limit-tokens 96 --limit-rounds 1 --backend-sampling "$1"
 }
 
-bench_policy_args() {  # POLICY
+bench_policy_args() {  # POLICY [REQUESTS]
     printf '%s\n' bench --engine llama --model "$MODEL" --n-gpu-layers -1 --fit --fit-widths 1,2,4,8,16 \
-        --policy "$1" --agents 8 --requests-per-agent "$REQUESTS"
+        --policy "$1" --agents 8 --requests-per-agent "${2:-$REQUESTS}"
 }
 
 peer_common_args() {
@@ -385,7 +389,7 @@ dry_run() {
     say "phase (a) step line      swarm-panel ${a[*]}"
     lines a bench_limit_args on
     say "phase (d) limit          swarm-panel ${a[*]}"
-    lines a bench_policy_args continuous
+    lines a bench_policy_args continuous "$SEED_REQUESTS"
     say "phase (b) continuous     swarm-panel ${a[*]}"
     lines a peer_fixed_args
     say "phase (c) fixed lengths  $PY ${a[*]}"
@@ -709,7 +713,7 @@ run() {
         lines a bench_limit_args on
         if [ "$server" = 1 ]; then measure "(d) limit$tag" 120 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
         else skip "(d) limit" "no llama-batched-bench"; fi
-        lines a bench_policy_args continuous
+        lines a bench_policy_args continuous "$SEED_REQUESTS"
         measure "(b) continuous$tag" 150 bounded "$PY" -m swarm_panel.app.cli.main "${a[@]}"
         lines a peer_fixed_args
         if [ "$server" = 1 ]; then measure "(c) fixed lengths$tag" 150 bounded "$PY" "${a[@]}"; reap_servers
