@@ -105,6 +105,7 @@ def run_critical_path(
     scheduler.drop_prefix_cache()
     while scheduler.has_work and loop.step() is not None:
         pass
+    loop.flush()
     served, fair = swarm.ledger.snapshot()
     tokens = int(sum(served.values()))
     rounds = [r.as_dict() for r in swarm.rounds]
