@@ -3,9 +3,10 @@ requests, megabytes of gigabytes, fed to the same planning the local file gets."
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from swarm_panel.app.models_hub.choice import parse, pick
@@ -34,7 +35,8 @@ def remote_shape(name: str) -> ModelShape:
             shape, want = shape_from_prefix(prefix, size, filename)
             if shape is not None:
                 log.info("%s: planned from the first %d bytes of %d", model, len(prefix), size)
-                return shape
+                # The plan names where the weights come from, not the scratch file the header sat in.
+                return dataclasses.replace(shape, source=f"{model.repo}/{filename} on {constants.ENDPOINT}")
 
 
 def _range(url: str, start: int, end: int) -> bytes:

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from swarm_panel.app.cli.main import main
 from swarm_panel.app.models_hub.fetch import fetch
 from swarm_panel.runtime.models.bundled import bundled_model_path
 from swarm_panel.runtime.planning.shape import read_shape
@@ -68,3 +69,10 @@ def test_no_network_says_so(hub):
     hub.stop()
     with pytest.raises(ValueError, match="cannot reach"):
         fetch(f"hf:{SMOL_REPO}:Q4_1")
+
+
+def test_pull_prints_where_the_file_landed(hub, capsys):
+    assert main(["pull", f"{SMOL_REPO}:Q4_1"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(fetch(f"hf:{SMOL_REPO}:Q4_1"))
+    assert main(["pull", f"{SMOL_REPO}:Q9"]) == 2
+    assert SMOL_FILE in capsys.readouterr().err
