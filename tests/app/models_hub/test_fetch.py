@@ -1,11 +1,13 @@
 import hashlib
 from pathlib import Path
 
+import llama_cpp
 import pytest
 from huggingface_hub import constants
 
 from swarm_panel.app.cli.main import main
 from swarm_panel.app.models_hub.fetch import fetch
+from swarm_panel.app.service.engine_factory import resolve_model
 from swarm_panel.runtime.models.bundled import bundled_model_path
 from swarm_panel.runtime.planning.shape import read_shape
 from tests.app.models_hub.conftest import SMOL_FILE, SMOL_REPO, SPLIT_REPO
@@ -76,3 +78,12 @@ def test_pull_prints_where_the_file_landed(hub, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(fetch(f"hf:{SMOL_REPO}:Q4_1"))
     assert main(["pull", f"{SMOL_REPO}:Q9"]) == 2
     assert SMOL_FILE in capsys.readouterr().err
+
+
+def test_a_hub_model_setting_resolves_to_the_cached_file_and_loads(hub):
+    path, _ = resolve_model(f"hf:{SMOL_REPO}:Q4_1")
+    model = llama_cpp.Llama(model_path=str(path), n_ctx=64, verbose=False)
+    try:
+        assert model.detokenize(model.tokenize(b"hello", add_bos=False)) == b"hello"
+    finally:
+        model.close()
