@@ -18,6 +18,7 @@ from swarm_panel.app.cli import chaos as chaos_cli
 from swarm_panel.app.cli import demo_model as demo_model_cli
 from swarm_panel.app.cli import gateway as gateway_cli
 from swarm_panel.app.cli import plan as plan_cli
+from swarm_panel.app.cli import pull as pull_cli
 from swarm_panel.app.cli import swarm as swarm_cli
 from swarm_panel.runtime.core.engine import EngineLoadError
 
@@ -43,6 +44,7 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
     chaos_cli.register(sub)
     demo_model_cli.register(sub)
     plan_cli.register(sub)
+    pull_cli.register(sub)
     agents_cli.register(sub)
     if front_end is not None:
         front_end.register(sub)

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from swarm_panel.app.models_hub.choice import is_hub_name
+from swarm_panel.app.models_hub.fetch import fetch
 from swarm_panel.app.settings.fields import field_spec
 from swarm_panel.app.settings.flags import add_settings_arguments
 from swarm_panel.runtime.core.config import auto_kv_unified
@@ -105,7 +107,9 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
 def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
                   progress: Progress = no_progress) -> tuple[Path, str | None]:
     """A GGUF path from a setting, and a note for the panel: none (or "smollm2") means the bundled
-    real model, "demo" the random-weight one."""
+    real model, "demo" the random-weight one, "hf:ORG/REPO[:QUANT]" a hub model (the cache first)."""
+    if is_hub_name(str(model)):
+        return fetch(str(model), say=lambda message: progress(message, None)), None
     if model is None or str(model) == BUNDLED_ALIAS:
         shipped = bundled_model_path()
         from swarm_panel.runtime.llama.engine import on_cpu

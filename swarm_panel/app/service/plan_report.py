@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from swarm_panel.app.models_hub.choice import is_hub_name
+from swarm_panel.app.models_hub.remote_plan import remote_shape
 from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import MAX_LANES, auto_kv_unified
@@ -55,6 +57,8 @@ def model_shape(model: Path | str | None) -> ModelShape:
         return QWEN35_9B
     if model is None or str(model) == BUNDLED_ALIAS:
         return read_shape(bundled_model_path())
+    if is_hub_name(str(model)):
+        return remote_shape(str(model))
     if str(model) == DEMO_ALIAS and not Path(model).exists():
         path = default_demo_model_path()
         if not path.is_file():
