@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     model: Path | None = Field(
         None, description="GGUF file for the llama engine; none means the bundled SmolLM2-135M-Instruct, "
         "'demo' the random-weight demo model")
+    models_dir: Path | None = Field(
+        None, description="A folder of GGUF files the panel's engine box lists beside those found in the hub cache, "
+        "llama.cpp's cache and LM Studio's models folder")
     profile: Literal[tuple(PROFILES)] = Field(
         next(iter(PROFILES)), description="Card and model the modeled engine imitates")
 

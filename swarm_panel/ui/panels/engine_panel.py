@@ -14,6 +14,7 @@ from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
+from swarm_panel.ui.panels.local_models import LocalModels
 from swarm_panel.ui.toolkit import theme
 
 # The box's items for each engine the settings accept (llama.cpp by the model it loads), then the fleet.
@@ -132,6 +133,9 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.path.setPlaceholderText("path to a .gguf file")
         self.browse = QtWidgets.QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
+        # The GGUFs already on disk (app.models_hub.local): picking one loads it.
+        self.local = LocalModels()
+        self.local.picked.connect(self._pick_local)
         self.backends = BackendsEditor()
         self.layout_choice = QtWidgets.QComboBox()
         for unified, label in LAYOUTS:
@@ -199,6 +203,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.choice)
         layout.addLayout(path_row)
+        layout.addWidget(self.local)
         layout.addWidget(self.backends)
         layout.addWidget(self.layout_choice)
         layout.addWidget(self.kv_type)
@@ -219,6 +224,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         gguf = self.choice.currentData() == "gguf"
         self.path.setVisible(gguf)
         self.browse.setVisible(gguf)
+        self.local.setVisible(gguf)
         self.backends.setVisible(self.choice.currentData() == "fleet")
         llama = self.choice.currentData() not in ("modeled", "fleet")
         for widget in (self.layout_choice, self.extra_buffers, self.threads):
@@ -235,6 +241,7 @@ class EnginePanel(QtWidgets.QGroupBox):
     def plan_for(self, settings: Settings) -> None:
         """The settings the next Load starts from (lanes, context, KV type): the plan line follows them."""
         self._settings = settings
+        self.local.set_models_dir(settings.models_dir)
         self.refresh_plan()
 
     def refresh_plan(self) -> None:
@@ -269,6 +276,11 @@ class EnginePanel(QtWidgets.QGroupBox):
                                                         "GGUF models (*.gguf);;All files (*)")
         if path:
             self.path.setText(path)
+
+    def _pick_local(self, path: str) -> None:
+        self.path.setText(path)
+        self.refresh_plan()
+        self._load()
 
     def _load(self) -> None:
         choice = self.choice.currentData()

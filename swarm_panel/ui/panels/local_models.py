@@ -1,0 +1,66 @@
+"""The GGUFs already on disk, for the engine box: the hub cache, llama.cpp's cache, LM Studio's folders and the
+`models_dir` setting (app.models_hub.local), each with its size, architecture, quant and trained context.
+Picking one names its file; Rescan reads the folders again, no restart needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+from swarm_panel.app.models_hub.local import LocalModel, find
+
+NONE_FOUND = "no GGUF found in the hub cache, llama.cpp's cache, LM Studio's folders or models_dir"
+
+
+def label(model: LocalModel) -> str:
+    return (f"{model.path.name} · {model.size / 1e9:.2f} GB · {model.arch} {model.quant} · "
+            f"trained {model.n_ctx_train:,} tokens · {model.source}")
+
+
+class LocalModels(QtWidgets.QWidget):
+    """Emits `picked(path)` when the user picks a model found on disk."""
+
+    picked = QtCore.Signal(str)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.models: list[LocalModel] = []
+        self._models_dir: Path | None = None
+        self._scanned = False
+        self.combo = QtWidgets.QComboBox()
+        self.combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(16)
+        self.combo.activated.connect(self._activated)
+        self.rescan = QtWidgets.QPushButton("Rescan")
+        self.rescan.setToolTip("Look in the folders again: the hub cache, llama.cpp's cache (LLAMA_CACHE), "
+                               "LM Studio's models folder and the models_dir setting")
+        self.rescan.clicked.connect(self.refresh)
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.combo, 1)
+        row.addWidget(self.rescan)
+
+    def set_models_dir(self, folder: Path | None) -> None:
+        if folder != self._models_dir or not self._scanned:
+            self._models_dir = folder
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._scanned = True
+        self.models = find(self._models_dir)
+        self.combo.clear()
+        if not self.models:
+            self.combo.addItem(NONE_FOUND, None)
+            self.combo.setToolTip(NONE_FOUND)
+            return
+        self.combo.addItem(f"models found on disk: {len(self.models)}", None)
+        for model in self.models:
+            self.combo.addItem(label(model), str(model.path))
+            self.combo.setItemData(self.combo.count() - 1, str(model.path), QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.combo.setToolTip("Pick one to load it; the plan below says what it needs in memory")
+
+    def _activated(self, index: int) -> None:
+        path = self.combo.itemData(index)
+        if path:
+            self.picked.emit(path)
