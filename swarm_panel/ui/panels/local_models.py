@@ -14,7 +14,8 @@ NONE_FOUND = "no GGUF found in the hub cache, llama.cpp's cache, LM Studio's fol
 
 
 def label(model: LocalModel) -> str:
-    return (f"{model.path.name} · {model.size / 1e9:.2f} GB · {model.arch} {model.quant} · "
+    size = f"{model.size / 1e9:.2f} GB" if model.size >= 1e9 else f"{model.size / 1e6:.1f} MB"
+    return (f"{model.path.name} · {size} · {model.arch} {model.quant} · "
             f"trained {model.n_ctx_train:,} tokens · {model.source}")
 
 
