@@ -45,6 +45,16 @@ def quants(files: list[str]) -> list[str]:
     return sorted({_SPLIT.sub(".gguf", f) for f in ggufs(files)})
 
 
+def quant_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    """Each pickable model (quants' names, the `.gguf` left off) and its bytes, every part of a split set counted."""
+    totals: dict[str, int] = {}
+    for name in ggufs(list(sizes)):
+        # The file's own name: pick() matches a tag against it, not against its folder.
+        key = _SPLIT.sub(".gguf", name).rsplit("/", 1)[-1].removesuffix(".gguf")
+        totals[key] = totals.get(key, 0) + sizes[name]
+    return dict(sorted(totals.items()))
+
+
 def pick(files: list[str], quant: str | None, repo: str) -> list[str]:
     """The files to fetch, the first (the one to load) first; every part of a split set."""
     models = ggufs(files)

@@ -1,5 +1,6 @@
 """A hub model's local path: from the hub cache with no request when it is there, else downloaded through
-huggingface_hub (its HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE, resume of partial files), then checked
+huggingface_hub (its HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE; a dropped connection resumed within the
+download), then checked
 against the sha256 the hub's LFS metadata gives."""
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def hub_errors(model: HubModel) -> Iterator[None]:
         raise ValueError(f"{model}: the hub answered {exc}") from exc
     except TransportError as exc:
         raise ValueError(f"{model}: cannot reach {constants.ENDPOINT} ({exc}) and it is not in the hub cache; "
-                         "the next start resumes any partial download") from exc
+                         "the next start downloads it again") from exc
 
 
 def fetch(name: str, say: Say = log.info, tqdm_class: type | None = None) -> Path:
@@ -119,9 +120,10 @@ def _download(model: HubModel, commit: str | None, sibling, say: Say, tqdm_class
     except OSError as exc:
         if getattr(exc, "errno", None) == 28:  # ENOSPC
             raise ValueError(f"the disk filled while downloading {filename}: it needs {size / 2**30:.2f} GiB, "
-                             f"{free / 2**30:.2f} GiB were free in {folder}; the partial file is kept and the "
-                             "next start resumes it") from exc
-        raise ValueError(f"{model}: the download of {filename} failed ({exc}); the next start resumes it") from exc
+                             f"{free / 2**30:.2f} GiB were free in {folder}; nothing is left half-written, and the "
+                             "next start downloads it again") from exc
+        raise ValueError(f"{model}: the download of {filename} failed ({exc}); the next start downloads it again"
+                         ) from exc
     _verify(path, sibling)
     _point_ref(model.repo, commit)
     return path

@@ -14,6 +14,7 @@ from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
+from swarm_panel.ui.panels.hub_download import HubDownload
 from swarm_panel.ui.panels.local_models import LocalModels
 from swarm_panel.ui.toolkit import theme
 
@@ -136,6 +137,10 @@ class EnginePanel(QtWidgets.QGroupBox):
         # The GGUFs already on disk (app.models_hub.local): picking one loads it.
         self.local = LocalModels()
         self.local.picked.connect(self._pick_local)
+        # A model from the hub: its plan before the download, then the download (app.models_hub).
+        self.hub = HubDownload()
+        self.hub.chosen.connect(self._plan_hub_model)
+        self.hub.downloaded.connect(self._pick_local)
         self.backends = BackendsEditor()
         self.layout_choice = QtWidgets.QComboBox()
         for unified, label in LAYOUTS:
@@ -204,6 +209,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         layout.addWidget(self.choice)
         layout.addLayout(path_row)
         layout.addWidget(self.local)
+        layout.addWidget(self.hub)
         layout.addWidget(self.backends)
         layout.addWidget(self.layout_choice)
         layout.addWidget(self.kv_type)
@@ -225,6 +231,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.path.setVisible(gguf)
         self.browse.setVisible(gguf)
         self.local.setVisible(gguf)
+        self.hub.setVisible(gguf)
         self.backends.setVisible(self.choice.currentData() == "fleet")
         llama = self.choice.currentData() not in ("modeled", "fleet")
         for widget in (self.layout_choice, self.extra_buffers, self.threads):
@@ -276,6 +283,11 @@ class EnginePanel(QtWidgets.QGroupBox):
                                                         "GGUF models (*.gguf);;All files (*)")
         if path:
             self.path.setText(path)
+
+    def _plan_hub_model(self, name: str) -> None:
+        """What a hub model needs, read from its remote header before the download (Load downloads it too)."""
+        self.path.setText(name)
+        self.refresh_plan()
 
     def _pick_local(self, path: str) -> None:
         self.path.setText(path)

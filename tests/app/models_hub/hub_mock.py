@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +22,7 @@ class Hub:
     corrupt: bool = False  # every file GET flips one byte in the middle
     requests: list[str] = field(default_factory=list)
     ranges: list[str] = field(default_factory=list)  # the Range header of each file GET ('' for none)
+    chunk_delay: float = 0.0  # seconds between 1 MB pieces of a file answer: a slow link, for Cancel
 
     def start(self) -> str:
         hub = self
@@ -142,5 +144,13 @@ class Hub:
             h.wfile.flush()
             h.close_connection = True
             h.connection.shutdown(2)
+            return
+        if self.chunk_delay:
+            for piece in range(0, len(body), 1 << 20):
+                try:
+                    h.wfile.write(body[piece:piece + (1 << 20)])
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (Cancel)
+                    return
+                time.sleep(self.chunk_delay)
             return
         h.wfile.write(body)

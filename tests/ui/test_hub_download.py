@@ -1,0 +1,62 @@
+"""The engine box's download from the hub (the loopback mock): a repository's models listed with their sizes, the
+plan asked for the one picked, a bar with speed and time left, Cancel leaving nothing half-written in the cache,
+and the next download's file, whole and checked, named for Load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub import constants
+
+from swarm_panel.runtime.models.bundled import bundled_model_path
+from tests.app.models_hub.conftest import SMOL_FILE, SMOL_REPO, hub  # noqa: F401 (the fixture)
+
+
+def test_the_download_bar_moves_and_cancel_leaves_nothing_half_written(qtbot, hub):  # noqa: F811
+    from swarm_panel.ui.panels.hub_download import HubDownload
+
+    size = bundled_model_path().stat().st_size
+    hub.chunk_delay = 0.02
+    panel = HubDownload()
+    qtbot.addWidget(panel)
+    panel.repo.setText(SMOL_REPO)
+    with qtbot.waitSignal(panel.chosen, timeout=20_000) as chosen:
+        panel.look_up.click()
+    assert chosen.args[0] == f"hf:{SMOL_REPO}:{SMOL_FILE.removesuffix('.gguf')}"
+    assert panel.models.count() == 1 and f"{size / 1e9:.2f} GB" in panel.models.itemText(0)
+
+    seen: list[tuple[int, int]] = []
+    shown: list[str] = []
+
+    def progressed(done: int, total: int, rate) -> None:
+        seen.append((done, total))
+        shown.append(panel.status.text())
+        if len(seen) == 2:
+            panel.cancel.click()
+
+    panel._progressed.connect(progressed)
+    with qtbot.waitSignal(panel._finished, timeout=60_000) as finished:
+        panel.download.click()
+    assert finished.args[0] is None and "cancelled" in finished.args[1]
+    assert 0 < seen[-1][0] < size and seen[-1][1] == size
+    # The bar's words: how much of how much, the speed and the time left.
+    assert any(f"of {size / 1e6:,.1f} MB" in text and "MB/s" in text and "s left" in text for text in shown), shown
+    cache = Path(constants.HF_HUB_CACHE)
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.suffix in (".gguf", ".incomplete")]
+
+    hub.chunk_delay = 0.0
+    with qtbot.waitSignal(panel.downloaded, timeout=60_000) as downloaded:
+        panel.download.click()
+    assert Path(downloaded.args[0]).read_bytes() == bundled_model_path().read_bytes()
+    assert panel.bar.value() == panel.bar.maximum() and "downloaded" in panel.status.text()
+
+
+def test_a_repository_that_holds_no_gguf_says_so_in_the_box(qtbot, hub):  # noqa: F811
+    from swarm_panel.ui.panels.hub_download import HubDownload
+
+    panel = HubDownload()
+    qtbot.addWidget(panel)
+    panel.repo.setText("mock-org/no-gguf")
+    with qtbot.waitSignal(panel._listed, timeout=20_000):
+        panel.look_up.click()
+    assert "holds no GGUF" in panel.status.text() and not panel.download.isEnabled()
