@@ -1,6 +1,6 @@
 """The engine box's download from the hub (the loopback mock): a repository's models listed with their sizes, the
-plan asked for the one picked, a bar with speed and time left, Cancel leaving nothing half-written in the cache,
-and the next download's file, whole and checked, named for Load."""
+plan asked for the one picked, a bar with speed and time left, Cancel leaving a partial file that the next
+download resumes, and the finished file, whole and checked, named for Load."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from swarm_panel.runtime.models.bundled import bundled_model_path
 from tests.app.models_hub.conftest import SMOL_FILE, SMOL_REPO, hub  # noqa: F401 (the fixture)
 
 
-def test_the_download_bar_moves_and_cancel_leaves_nothing_half_written(qtbot, hub):  # noqa: F811
+def test_the_download_bar_moves_and_cancel_leaves_a_file_the_next_download_resumes(qtbot, hub):  # noqa: F811
     from swarm_panel.ui.panels.hub_download import HubDownload
 
     size = bundled_model_path().stat().st_size
@@ -41,13 +41,18 @@ def test_the_download_bar_moves_and_cancel_leaves_nothing_half_written(qtbot, hu
     assert 0 < seen[-1][0] < size and seen[-1][1] == size
     # The bar's words: how much of how much, the speed and the time left.
     assert any(f"of {size / 1e6:,.1f} MB" in text and "MB/s" in text and "s left" in text for text in shown), shown
-    cache = Path(constants.HF_HUB_CACHE)
-    assert not [p for p in cache.rglob("*") if p.is_file() and p.suffix in (".gguf", ".incomplete")]
+    partial = list(Path(constants.HF_HUB_CACHE).rglob("*.partial"))
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < size
+    kept = partial[0].stat().st_size
 
     hub.chunk_delay = 0.0
+    hub.ranges.clear()
     with qtbot.waitSignal(panel.downloaded, timeout=60_000) as downloaded:
         panel.download.click()
     assert Path(downloaded.args[0]).read_bytes() == bundled_model_path().read_bytes()
+    # Resumed where the cancelled one stopped, not from the first byte.
+    assert hub.ranges[0] == f"bytes={kept}-", hub.ranges
+    assert not list(Path(constants.HF_HUB_CACHE).rglob("*.partial"))
     assert panel.bar.value() == panel.bar.maximum() and "downloaded" in panel.status.text()
 
 

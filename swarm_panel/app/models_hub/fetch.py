@@ -1,6 +1,6 @@
 """A hub model's local path: from the hub cache with no request when it is there, else downloaded through
-huggingface_hub (its HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE; a dropped connection resumed within the
-download), then checked
+huggingface_hub (its HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE; a stopped download's partial blob
+resumed by the next), then checked
 against the sha256 the hub's LFS metadata gives."""
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from huggingface_hub import HfApi, constants, hf_hub_download
+from huggingface_hub import HfApi, constants, hf_hub_download, hf_hub_url
+from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.file_download import http_get, repo_folder_name
 
 from swarm_panel.app.models_hub.choice import HubModel, parse, pick
 
@@ -87,7 +88,7 @@ def hub_errors(model: HubModel) -> Iterator[None]:
         raise ValueError(f"{model}: the hub answered {exc}") from exc
     except TransportError as exc:
         raise ValueError(f"{model}: cannot reach {constants.ENDPOINT} ({exc}) and it is not in the hub cache; "
-                         "the next start downloads it again") from exc
+                         "the next start resumes any partial download") from exc
 
 
 def fetch(name: str, say: Say = log.info, tqdm_class: type | None = None) -> Path:
@@ -114,19 +115,54 @@ def _download(model: HubModel, commit: str | None, sibling, say: Say, tqdm_class
     folder.mkdir(parents=True, exist_ok=True)
     free = _free_bytes(folder)
     say(f"downloading {model.repo}/{filename} ({size / 2**30:.2f} GiB) into {folder}")
+    sha = sibling.lfs.sha256 if sibling.lfs is not None else None
     try:
         with hub_errors(model):
+            if sha:
+                _fetch_blob(model.repo, filename, commit, sha, size, tqdm_class)
+            # Finds the blob in place and links it into the snapshot (or downloads a file with no LFS sha256).
             path = Path(hf_hub_download(model.repo, filename, revision=commit or REVISION, tqdm_class=tqdm_class))
     except OSError as exc:
         if getattr(exc, "errno", None) == 28:  # ENOSPC
             raise ValueError(f"the disk filled while downloading {filename}: it needs {size / 2**30:.2f} GiB, "
-                             f"{free / 2**30:.2f} GiB were free in {folder}; nothing is left half-written, and the "
-                             "next start downloads it again") from exc
-        raise ValueError(f"{model}: the download of {filename} failed ({exc}); the next start downloads it again"
-                         ) from exc
-    _verify(path, sibling)
+                             f"{free / 2**30:.2f} GiB were free in {folder}; the partial file is kept, and the "
+                             "next start resumes it") from exc
+        raise ValueError(f"{model}: the download of {filename} failed ({exc}); the next start resumes it") from exc
+    if not sha:
+        _verify(path, sibling)
     _point_ref(model.repo, commit)
     return path
+
+
+def _fetch_blob(repo: str, filename: str, commit: str | None, sha: str, size: int, tqdm_class: type | None) -> None:
+    """Puts the file's blob into the hub cache, checked, continuing a partial one a stopped download left.
+
+    huggingface_hub (1 and later) removes its own partial file when a download stops, so a cancelled or
+    interrupted one would start again at its first byte: the blob is downloaded here, by huggingface_hub's
+    http_get, into `<sha256>.partial` beside it, which stays until it is whole."""
+    blobs = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model") / "blobs"
+    blob = blobs / sha
+    if blob.exists():
+        return
+    blobs.mkdir(parents=True, exist_ok=True)
+    partial = blobs / f"{sha}.partial"
+    have = partial.stat().st_size if partial.exists() else 0
+    if have > size:
+        partial.unlink()
+        have = 0
+    if have < size:
+        if have:
+            log.info("resuming %s/%s at %d of %d bytes", repo, filename, have, size)
+        with open(partial, "ab") as f:
+            http_get(hf_hub_url(repo, filename, revision=commit or REVISION), f, resume_size=have,
+                     headers=build_hf_headers(), expected_size=size, displayed_filename=filename,
+                     tqdm_class=tqdm_class)
+    got = sha256_of(partial)
+    if got != sha:
+        partial.unlink(missing_ok=True)
+        raise ValueError(f"{filename}: sha256 {got} is not the hub's {sha}; the file is removed, "
+                         "start again to download it anew")
+    os.replace(partial, blob)
 
 
 def _verify(path: Path, sibling) -> None:

@@ -1,6 +1,6 @@
 """A model from the hub in the engine box: a repository's GGUFs listed with their sizes (the engine box's plan
 line says what each needs before its download), then a download with a bar, its speed and time left, and
-Cancel, after which huggingface_hub leaves nothing half-written in its cache."""
+Cancel, which leaves the partial blob for the next download to resume (app.models_hub.fetch)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from swarm_panel.app.models_hub.listing import repo_models
 
 
 class DownloadCancelled(Exception):
-    """Raised inside the download when the user pressed Cancel."""
+    """Raised inside the download when the user pressed Cancel; the partial blob stays for a resume."""
 
 
 def progress_class(report: Callable[[int, int, float | None], None], cancelled: threading.Event) -> type:
@@ -30,7 +30,7 @@ def progress_class(report: Callable[[int, int, float | None], None], cancelled: 
 
         def update(self, n: float | None = 1) -> bool | None:
             if cancelled.is_set():
-                raise DownloadCancelled("the download was cancelled")
+                raise DownloadCancelled("the download was cancelled; the next one resumes it")
             shown = super().update(n)
             info = self.format_dict
             report(int(info["n"]), int(info["total"] or 0), info.get("rate"))
