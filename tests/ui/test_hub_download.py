@@ -56,6 +56,28 @@ def test_the_download_bar_moves_and_cancel_leaves_a_file_the_next_download_resum
     assert panel.bar.value() == panel.bar.maximum() and "downloaded" in panel.status.text()
 
 
+def test_each_model_of_the_repository_says_whether_it_fits_before_its_download(qtbot, hub):  # noqa: F811
+    from swarm_panel.app.service.plan_report import machine_ram, settings_plan
+    from swarm_panel.app.settings.schema import Settings
+    from swarm_panel.ui.panels.engine_panel import EnginePanel
+
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    settings = Settings(num_lanes=4, n_ctx=8192)
+    panel.plan_for(settings)
+    panel.choice.setCurrentIndex(panel.choice.findData("gguf"))
+    panel.hub.repo.setText(SMOL_REPO)
+    with qtbot.waitSignal(panel.hub.chosen, timeout=20_000) as chosen:
+        panel.hub.look_up.click()
+    name = chosen.args[0]
+    plan = settings_plan(settings.model_copy(update={"engine": "llama", "model": name}), device_bytes=machine_ram())
+    listed = panel.hub.models.itemText(0)
+    assert f"{plan.device_total / (1 << 30):.1f} GiB for 4 x" in listed and ("fits:" in listed) == plan.fits
+    # The plan line above Load names the model picked, before anything was downloaded.
+    assert panel.path.text() == name and "Needs" in panel.plan.text()
+    assert not list(Path(constants.HF_HUB_CACHE).rglob("*.gguf"))
+
+
 def test_a_repository_that_holds_no_gguf_says_so_in_the_box(qtbot, hub):  # noqa: F811
     from swarm_panel.ui.panels.hub_download import HubDownload
 

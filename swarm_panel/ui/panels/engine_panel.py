@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.hub = HubDownload()
         self.hub.chosen.connect(self._plan_hub_model)
         self.hub.downloaded.connect(self._pick_local)
+        self.hub.planner = self._planner
         self.backends = BackendsEditor()
         self.layout_choice = QtWidgets.QComboBox()
         for unified, label in LAYOUTS:
@@ -283,6 +285,21 @@ class EnginePanel(QtWidgets.QGroupBox):
                                                         "GGUF models (*.gguf);;All files (*)")
         if path:
             self.path.setText(path)
+
+    def _planner(self) -> Callable[[str], str] | None:
+        """Whether a model fits with the settings Load starts from, read now on the GUI thread; the function
+        it gives reads the model's header wherever it is called."""
+        if self._settings is None:
+            return None
+        settings, kv_unified, kv_type = self._settings, self.kv_unified, self.kv_type.currentData()
+
+        def fit(model: str) -> str:
+            chosen = settings.model_copy(update=engine_changes("gguf", model, kv_unified, kv_type=kv_type))
+            plan = settings_plan(chosen, device_bytes=None if offloads(chosen) else machine_ram())
+            need = f"{plan.device_total / (1 << 30):.1f} GiB for {plan.settings.lanes} x {plan.settings.context:,}"
+            return f"fits: {need}" if plan.fits else f"does not fit: {need}"
+
+        return fit
 
     def _plan_hub_model(self, name: str) -> None:
         """What a hub model needs, read from its remote header before the download (Load downloads it too)."""

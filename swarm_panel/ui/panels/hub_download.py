@@ -60,6 +60,9 @@ class HubDownload(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        # Called on the GUI thread at each look-up: a function of an hf name saying whether it fits ("fits: 5.9
+        # GiB for 8 x 32,768"), from its remote header, which the look-up's thread calls; set by the engine box.
+        self.planner: Callable[[], Callable[[str], str] | None] | None = None
         self.repo = QtWidgets.QLineEdit()
         self.repo.setPlaceholderText("from the hub: ORG/REPO, e.g. unsloth/Qwen3.5-9B-GGUF")
         self.look_up = QtWidgets.QPushButton("Look up")
@@ -113,21 +116,30 @@ class HubDownload(QtWidgets.QWidget):
             return
         self.look_up.setEnabled(False)
         self.status.setText(f"asking the hub what {repo} holds…")
-        threading.Thread(target=self._list, args=(repo,), name="swarm-panel-hub", daemon=True).start()
+        fit = self.planner() if self.planner is not None else None
+        threading.Thread(target=self._list, args=(repo, fit), name="swarm-panel-hub", daemon=True).start()
 
-    def _list(self, repo: str) -> None:
+    def _list(self, repo: str, fit: Callable[[str], str] | None) -> None:
         try:
-            self._listed.emit(repo_models(repo))
+            models = repo_models(repo)
         except Exception as exc:  # a bad name or no network is a message in the box
             self._listed.emit(str(exc) or type(exc).__name__)
+            return
+        fits = {}
+        for name in models:
+            try:
+                fits[name] = fit(f"hf:{repo}:{name}") if fit is not None else ""
+            except Exception as exc:  # one header that cannot be read leaves the others listed
+                fits[name] = f"no plan: {exc}"
+        self._listed.emit({name: (size, fits[name]) for name, size in models.items()})
 
     def _show_models(self, result: object) -> None:
         self.models.clear()
         if isinstance(result, str):
             self.status.setText(result)
         else:
-            for name, size in result.items():
-                self.models.addItem(f"{name} · {size / 1e9:.2f} GB", name)
+            for name, (size, fit) in result.items():
+                self.models.addItem(f"{name} · {size / 1e9:.2f} GB" + (f" · {fit}" if fit else ""), name)
             self.status.setText(f"{len(result)} models; pick one for what it needs in memory before its download")
             self._picked()
         self._idle()
