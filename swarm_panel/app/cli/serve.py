@@ -14,6 +14,8 @@ import logging
 import signal
 import sys
 
+from swarm_panel.app.models_hub.choice import is_hub_name
+from swarm_panel.app.models_hub.fetch import fetch
 from swarm_panel.app.server.http_server import HttpServer, PortInUse
 from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
 from swarm_panel.app.settings.flags import add_settings_arguments, given
@@ -56,8 +58,12 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
             loop.add_signal_handler(sig, stop.set)
-    print(f"loading the {settings.engine} engine...", file=sys.stderr, flush=True)
     try:
+        if settings.engine == "llama" and is_hub_name(str(settings.model)):
+            # In the foreground, with huggingface_hub's bar on stderr; the engine then finds it in the cache.
+            await asyncio.to_thread(fetch, str(settings.model), lambda message: print(message, file=sys.stderr,
+                                                                                        flush=True))
+        print(f"loading the {settings.engine} engine...", file=sys.stderr, flush=True)
         await asyncio.to_thread(service.start)
     except Exception as exc:  # noqa: BLE001 - a bad model path or file is the user's to fix, not a traceback
         print(f"swarm-panel: error: cannot load the engine: {exc}", file=sys.stderr)

@@ -109,7 +109,12 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
     """A GGUF path from a setting, and a note for the panel: none (or "smollm2") means the bundled
     real model, "demo" the random-weight one, "hf:ORG/REPO[:QUANT]" a hub model (the cache first)."""
     if is_hub_name(str(model)):
-        return fetch(str(model), say=lambda message: progress(message, None)), None
+        def say(message: str) -> None:
+            # In the log for `serve` (huggingface_hub's bar goes to stderr), and to the panel's start-up stage.
+            log.info("%s", message)
+            progress(message, None)
+
+        return fetch(str(model), say=say), None
     if model is None or str(model) == BUNDLED_ALIAS:
         shipped = bundled_model_path()
         from swarm_panel.runtime.llama.engine import on_cpu
