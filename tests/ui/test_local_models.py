@@ -3,6 +3,7 @@ its facts; a new file shows after Rescan, no restart; picking one loads it."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 from huggingface_hub import constants
@@ -28,6 +29,8 @@ def test_the_engine_box_lists_the_models_on_disk_and_loads_the_one_picked(qtbot,
     listed = [panel.local.combo.itemText(i) for i in range(panel.local.combo.count())]
     assert len(listed) == 2 and "tiny-llama.gguf" in listed[1] and "llama.cpp cache" in listed[1]
     assert "llama F16" in listed[1] and "trained 2,048 tokens" in listed[1]
+    # With the plan's verdict for the settings Load starts from.
+    assert re.search(r" · (fits|does not fit): \d+\.\d GiB for \d+ x [\d,]+$", listed[1]), listed[1]
 
     shutil.copy(tiny_qwen35_model_path, mine / "tiny-hybrid.gguf")
     qtbot.mouseClick(panel.local.rescan, QtCore.Qt.MouseButton.LeftButton)

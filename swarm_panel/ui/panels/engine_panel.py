@@ -142,7 +142,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.hub = HubDownload()
         self.hub.chosen.connect(self._plan_hub_model)
         self.hub.downloaded.connect(self._pick_local)
-        self.hub.planner = self._planner
+        self.hub.planner = self.local.planner = self._planner
         self.backends = BackendsEditor()
         self.layout_choice = QtWidgets.QComboBox()
         for unified, label in LAYOUTS:

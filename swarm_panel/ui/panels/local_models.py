@@ -4,6 +4,7 @@ Picking one names its file; Rescan reads the folders again, no restart needed.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
@@ -13,10 +14,10 @@ from swarm_panel.app.models_hub.local import LocalModel, find
 NONE_FOUND = "no GGUF found in the hub cache, llama.cpp's cache, LM Studio's folders or models_dir"
 
 
-def label(model: LocalModel) -> str:
+def label(model: LocalModel, fit: str = "") -> str:
     size = f"{model.size / 1e9:.2f} GB" if model.size >= 1e9 else f"{model.size / 1e6:.1f} MB"
     return (f"{model.path.name} · {size} · {model.arch} {model.quant} · "
-            f"trained {model.n_ctx_train:,} tokens · {model.source}")
+            f"trained {model.n_ctx_train:,} tokens · {model.source}" + (f" · {fit}" if fit else ""))
 
 
 class LocalModels(QtWidgets.QWidget):
@@ -27,6 +28,8 @@ class LocalModels(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.models: list[LocalModel] = []
+        # A function of a model's path saying whether it fits with the settings Load starts from (the engine box).
+        self.planner: Callable[[], Callable[[str], str] | None] | None = None
         self._models_dir: Path | None = None
         self._scanned = False
         self.combo = QtWidgets.QComboBox()
@@ -56,8 +59,13 @@ class LocalModels(QtWidgets.QWidget):
             self.combo.setToolTip(NONE_FOUND)
             return
         self.combo.addItem(f"models found on disk: {len(self.models)}", None)
+        fit = self.planner() if self.planner is not None else None
         for model in self.models:
-            self.combo.addItem(label(model), str(model.path))
+            try:
+                verdict = fit(str(model.path)) if fit is not None else ""
+            except (OSError, ValueError) as exc:
+                verdict = f"no plan: {exc}"
+            self.combo.addItem(label(model, verdict), str(model.path))
             self.combo.setItemData(self.combo.count() - 1, str(model.path), QtCore.Qt.ItemDataRole.ToolTipRole)
         self.combo.setToolTip("Pick one to load it; the plan below says what it needs in memory")
 

@@ -87,3 +87,28 @@ def test_a_hub_model_setting_resolves_to_the_cached_file_and_loads(hub):
         assert model.detokenize(model.tokenize(b"hello", add_bos=False)) == b"hello"
     finally:
         model.close()
+
+
+def test_a_disk_that_fills_mid_download_says_what_it_needs_and_keeps_the_partial_file(hub, monkeypatch):
+    import errno
+
+    from swarm_panel.app.models_hub import fetch as fetch_module
+
+    real = fetch_module.http_get
+
+    def fills_up(url, temp_file, **kwargs):
+        temp_file.write(bundled_model_path().read_bytes()[:4096])
+        temp_file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fetch_module, "http_get", fills_up)
+    with pytest.raises(ValueError, match=r"the disk filled .* it needs 0\.\d+ GiB, .* GiB were free .* partial file is kept"):
+        fetch(f"hf:{SMOL_REPO}:Q4_1")
+    partial = list(Path(constants.HF_HUB_CACHE).rglob("*.partial"))
+    assert len(partial) == 1 and partial[0].stat().st_size == 4096
+    # The next start goes on from there, and the file comes out whole.
+    monkeypatch.setattr(fetch_module, "http_get", real)
+    hub.ranges.clear()
+    path = fetch(f"hf:{SMOL_REPO}:Q4_1")
+    assert hub.ranges[0] == "bytes=4096-"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == hashlib.sha256(bundled_model_path().read_bytes()).hexdigest()
