@@ -146,13 +146,11 @@ class Launcher:
         executable = kind.path()
         if executable is None:
             raise HarnessNotFound(kind)
-        folder = Path(folder).expanduser()
-        if not folder.is_dir():
-            raise ValueError(f"no such folder: {folder}")
         if not task.strip():
             raise ValueError("the task is empty")
         await asyncio.to_thread(lambda: self.fence)  # the first probe runs bwrap once
-        workspaces = await asyncio.to_thread(self._make_workspaces, kind, folder.resolve(), n)
+        folder = Path(folder).expanduser()
+        workspaces = await asyncio.to_thread(self._make_workspaces, kind, folder, n)
         started = []
         for ws in workspaces:
             run = HarnessRun(kind, ws.name, folder.resolve(), task, workspace=ws, confinement=self.confinement())

@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from swarm_panel.app.workspace.git import AGENT_IDENTITY, NameTaken, WorkspaceError, git, ok, out
+from swarm_panel.app.workspace.git import AGENT_IDENTITY, NameTaken, WorkspaceError, changed_paths, git, ok, out
 from swarm_panel.app.workspace.records import COPY, WORKTREE, Workspace, default_root, save
 from swarm_panel.runtime.core.careful_write import describe
 
@@ -75,9 +75,9 @@ def _check_repository(top: Path) -> None:
                              "branch, so check out a branch first (git switch NAME)")
     if not ok(top, "rev-parse", "--verify", "-q", "HEAD^{commit}"):
         raise WorkspaceError(f"{top} has no commit yet: an agent's branch starts from one; commit first")
-    dirty = out(top, "status", "--porcelain", "--untracked-files=no").splitlines()
+    dirty = changed_paths(top, untracked=False)
     if dirty:
-        files = ", ".join(line[3:] for line in dirty[:SHOWN_FILES]) + (" …" if len(dirty) > SHOWN_FILES else "")
+        files = ", ".join(dirty[:SHOWN_FILES]) + (" …" if len(dirty) > SHOWN_FILES else "")
         raise WorkspaceError(f"{top} has uncommitted changes ({files}): agents start from a commit, and Apply "
                              "would bring them back as a commit that clashes with your tree. Commit or stash "
                              "them first (git stash), then launch")
@@ -113,7 +113,7 @@ def _copy(folder: Path, name: str, root: Path) -> Workspace:
     ws.folder = str(ws.tree)
     _keep_record(ws)
     try:
-        shutil.copytree(folder, ws.tree, symlinks=True)
+        shutil.copytree(folder, ws.tree, symlinks=True, copy_function=shutil.copy2)
         git(ws.tree, "init", "--quiet")
         git(ws.tree, "checkout", "--quiet", "-b", ws.branch)
         git(ws.tree, "add", "-A")
@@ -122,7 +122,9 @@ def _copy(folder: Path, name: str, root: Path) -> Workspace:
         ws.base = out(ws.tree, "rev-parse", "HEAD")
     except (OSError, shutil.Error) as exc:
         shutil.rmtree(ws.home, ignore_errors=True)
-        reason = describe(exc) if isinstance(exc, OSError) else str(exc)[:300]
+        # copytree gathers each file's failure into one shutil.Error: the first one says why.
+        errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
+        reason = errors[0][2] if errors else describe(exc)
         raise WorkspaceError(f"copying {folder} for agent {name} failed ({reason}): nothing was kept, and "
                              "your folder is untouched") from exc
     except WorkspaceError:

@@ -38,3 +38,15 @@ def out(cwd: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
 
 def ok(cwd: Path | str, *args: str) -> bool:
     return git(cwd, *args, check=False).returncode == 0
+
+
+def changed_paths(cwd: Path | str, *, untracked: bool) -> list[str]:
+    """The paths `git status` lists as changed (a rename: both names), untracked ones too if asked."""
+    entries = git(cwd, "status", "--porcelain", "-z", f"--untracked-files={'all' if untracked else 'no'}").stdout
+    paths, fields = [], iter(entries.split("\0"))
+    for entry in fields:
+        if entry:
+            paths.append(entry[3:])
+            if entry[0] in "RC":  # the name it had follows
+                paths.append(next(fields, ""))
+    return paths

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_panel.app.workspace.changes import changes, commit_changes
-from swarm_panel.app.workspace.git import WorkspaceError, git, ok, out
+from swarm_panel.app.workspace.git import WorkspaceError, changed_paths, git, ok, out
 from swarm_panel.app.workspace.records import COPY, Workspace, save
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def _merge(ws: Workspace, tip: str) -> Applied:
     if trial.returncode != 0 or not lines:
         raise WorkspaceError(f"cannot try the merge of {ws.branch} into {branch}: {trial.stderr.strip()}")
     touched = set(out(repo, "diff", "--name-only", "-z", "HEAD", lines[0]).split("\0")) - {""}
-    dirty = {line[3:] for line in git(repo, "status", "--porcelain", "--untracked-files=all").stdout.splitlines()}
+    dirty = set(changed_paths(repo, untracked=True))
     clash = sorted(touched & dirty)
     if clash:
         raise WorkspaceError(f"you have uncommitted changes to {_names(clash)} in {repo}, which agent {ws.name}'s "
