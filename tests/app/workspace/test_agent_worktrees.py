@@ -174,9 +174,8 @@ def test_apply_waits_for_a_running_agent_and_discard_too(repo, tmp_path):
         with pytest.raises(WorkspaceError, match="still running"):
             discard(listed)
         await launcher.stop(run.name)
-        return run
 
-    run = asyncio.run(scenario())
+    asyncio.run(scenario())
     [listed] = all_workspaces()
     assert not listed.running()
     assert apply(listed).files == ("x.txt",) and (repo / "x.txt").read_text() == "x\n"
