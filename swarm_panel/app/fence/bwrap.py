@@ -113,7 +113,10 @@ def _reexposed(argv: list[str], walls: Walls, hidden: list[Path]) -> list[Path]:
     harness reads its whole install), and the walls' readables exactly (a repository's .git, not its home)."""
     wanted: list[Path] = []
     program = Path(argv[0])
-    for path in (program, program.resolve(), *(Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p)):
+    interpreter = _interpreter(program)
+    needed = [program, program.resolve(), *([interpreter, interpreter.resolve()] if interpreter else []),
+              *(Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p)]
+    for path in needed:
         for folder in hidden:
             top = _top_under(path, folder)
             if top is not None and top.exists() and top not in wanted:
@@ -122,6 +125,19 @@ def _reexposed(argv: list[str], walls: Walls, hidden: list[Path]) -> list[Path]:
         if any(_top_under(path, folder) for folder in hidden) and path.exists() and path not in wanted:
             wanted.append(path)
     return wanted
+
+
+def _interpreter(program: Path) -> Path | None:
+    """A script's #! interpreter (a venv's python, linked into ~/.pyenv, say), or None."""
+    try:
+        with program.open("rb") as handle:
+            head = handle.readline(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].decode(errors="replace").split()
+    return Path(words[0]) if words and words[0].startswith("/") else None
 
 
 def _top_under(path: Path, folder: Path) -> Path | None:
