@@ -114,7 +114,8 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         split.addWidget(self.table)
         split.addWidget(self.diff)
-        split.setSizes([160, 200])
+        split.setSizes([140, 260])
+        split.setStretchFactor(1, 2)  # the diff is what is read
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.fence_label)
         layout.addWidget(split, 1)
