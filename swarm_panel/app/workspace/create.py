@@ -36,13 +36,14 @@ def create(folder: Path | str, name: str, root: Path | None = None, *,
            copy_limit: int = COPY_LIMIT_BYTES) -> Workspace:
     """The agent's new workspace; WorkspaceError (NameTaken for a name in use) with the reason otherwise."""
     root = root or default_root()
-    folder, top = preflight(folder, copy_limit=copy_limit)
+    folder, top = preflight(folder, copy_limit=copy_limit, root=root)
     if (root / name).exists():
         raise NameTaken(f"agent {name!r} already has a workspace in {root / name} (`swarm-panel agents list`)")
     return _copy(folder, name, root) if top is None else _worktree(folder, top, name, root)
 
 
-def preflight(folder: Path | str, *, copy_limit: int = COPY_LIMIT_BYTES) -> tuple[Path, Path | None]:
+def preflight(folder: Path | str, *, copy_limit: int = COPY_LIMIT_BYTES,
+              root: Path | None = None) -> tuple[Path, Path | None]:
     """The folder resolved and its repository's top folder (None: it will be copied), or WorkspaceError
     with the reason no agent can start from it: checked before an engine loads for nothing."""
     folder = Path(folder).expanduser()
@@ -61,7 +62,7 @@ def preflight(folder: Path | str, *, copy_limit: int = COPY_LIMIT_BYTES) -> tupl
                              "point them at a clone of it")
     if inside.returncode == 0:
         raise WorkspaceError(f"{folder} is inside a repository's .git folder: point the agents at its working tree")
-    size = folder_size(folder, copy_limit)
+    size = folder_size(folder, copy_limit, skip=(root or default_root()).resolve())
     if size > copy_limit:
         raise WorkspaceError(f"{folder} is not a git repository, so each agent would work on a copy of it, and it "
                              f"holds more than {copy_limit / 2**20:.0f} MiB: put it under git (git init && git add "
@@ -113,7 +114,7 @@ def _copy(folder: Path, name: str, root: Path) -> Workspace:
     ws.folder = str(ws.tree)
     _keep_record(ws)
     try:
-        shutil.copytree(folder, ws.tree, symlinks=True, copy_function=shutil.copy2)
+        shutil.copytree(folder, ws.tree, symlinks=True, copy_function=shutil.copy2, ignore=_leave_out(root.resolve()))
         git(ws.tree, "init", "--quiet")
         git(ws.tree, "checkout", "--quiet", "-b", ws.branch)
         git(ws.tree, "add", "-A")
@@ -137,10 +138,19 @@ def _copy(folder: Path, name: str, root: Path) -> Workspace:
     return ws
 
 
-def folder_size(folder: Path, stop_past: int) -> int:
-    """Bytes of the folder's files (links not followed), counting no further than just past `stop_past`."""
+def _leave_out(root: Path):
+    """copytree's ignore: the workspaces' own folder, where it lies inside the folder copied (a copy of itself)."""
+    def ignore(parent: str, names: list[str]) -> set[str]:
+        return {name for name in names if Path(parent, name) == root}
+    return ignore
+
+
+def folder_size(folder: Path, stop_past: int, skip: Path | None = None) -> int:
+    """Bytes of the folder's files (links not followed, `skip` left out), counting no further than just past
+    `stop_past`."""
     total = 0
-    for parent, _, files in os.walk(folder):
+    for parent, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if Path(parent, name) != skip]
         for file in files:
             try:
                 total += os.lstat(os.path.join(parent, file)).st_size

@@ -252,3 +252,15 @@ def test_a_copy_past_the_limit_or_a_full_disk_keeps_nothing(tmp_path, monkeypatc
     with pytest.raises(WorkspaceError, match=r"No space left on device.*nothing was kept.*untouched"):
         create(folder, "agent-1")
     assert all_workspaces() == [] and (folder / "big.bin").stat().st_size == 4096
+
+
+def test_a_workspace_folder_inside_the_copied_folder_is_not_copied_into_itself(tmp_path):
+    from swarm_panel.app.workspace.create import create
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    root = folder / ".worktrees"
+    ws = create(folder, "agent-1", root)
+    assert sorted(p.name for p in ws.tree.iterdir()) == [".git", "a.txt"]
+    assert create(folder, "agent-2", root).tree.is_dir()
