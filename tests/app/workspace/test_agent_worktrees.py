@@ -264,3 +264,16 @@ def test_a_workspace_folder_inside_the_copied_folder_is_not_copied_into_itself(t
     ws = create(folder, "agent-1", root)
     assert sorted(p.name for p in ws.tree.iterdir()) == [".git", "a.txt"]
     assert create(folder, "agent-2", root).tree.is_dir()
+
+
+def test_apply_onto_a_branch_that_moved_on_makes_a_merge_commit(repo, tmp_path):
+    [run] = launch(Launcher(state_dir=tmp_path / "state"), stand_in_kind(tmp_path), repo,
+                   task(write={"added.txt": "the agent's\n"}))
+    (repo / "old.txt").write_text("the user's own commit meanwhile\n")
+    sh(repo, "commit", "-qam", "meanwhile")
+    done = apply(run.workspace)
+    assert done.how == "merge commit" and done.files == ("added.txt",)
+    assert sh(repo, "log", "-1", "--format=%s") == "Merge agent stand-in-1 (swarm-panel/stand-in-1)"
+    assert sh(repo, "rev-list", "--count", "--merges", "HEAD") == "1"
+    assert (repo / "added.txt").read_text() == "the agent's\n"
+    assert (repo / "old.txt").read_text() == "the user's own commit meanwhile\n"
