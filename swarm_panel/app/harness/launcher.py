@@ -190,7 +190,8 @@ class Launcher:
         tree = self._tree_seen_at(run, ws)
         inside = tree / Path(ws.folder).relative_to(ws.tree)
         try:
-            launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, inside, run.task,
+            # The recipe reads the folder (aider lists its files) here, outside: its real path.
+            launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, Path(ws.folder), run.task,
                                                        run.home, self.options, shell=run.confinement != SHELL_LOCKED))
             argv = wrap(self.fence, launch.argv, self._walls(run, ws, tree), inside)
             process = await asyncio.create_subprocess_exec(

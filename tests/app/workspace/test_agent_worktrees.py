@@ -79,7 +79,7 @@ def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path):
     assert run.completed, run.stderr.text
     assert run.confinement == FENCED
     said = report(run)
-    assert said["argv"][-1] == "--yolo"  # fenced, its shell is unlocked
+    assert said["argv"][-2] == "--yolo"  # fenced, its shell is unlocked (the task follows)
     # The user's tree, /etc: read-only. HOME and /tmp: the fence's own throwaway tmpfs, never the host's.
     assert said["outside"][str(repo / "story.txt")] == "Read-only file system"
     assert said["outside"][str(repo / "new-in-user-tree.txt")] == "Read-only file system"
@@ -141,8 +141,8 @@ def test_without_a_fence_the_shell_is_locked_unless_the_user_opts_in(repo, tmp_p
     [locked] = launch(Launcher(state_dir=tmp_path / "state", fence=none), kind, repo, task())
     [opted] = launch(Launcher(state_dir=tmp_path / "state", fence=none, unconfined=True), kind, repo, task())
     assert locked.confinement == SHELL_LOCKED and opted.confinement == UNCONFINED
-    assert report(locked)["argv"][-2:] == ["--approval-mode", "auto-edit"]  # Qwen Code's edits-only mode
-    assert report(opted)["argv"][-1] == "--yolo"
+    assert report(locked)["argv"][-3:-1] == ["--approval-mode", "auto-edit"]  # Qwen Code's edits-only mode
+    assert report(opted)["argv"][-2] == "--yolo"
     assert report(locked)["cwd"] == locked.workspace.folder  # its worktree, still: never the user's tree
 
 
@@ -277,3 +277,14 @@ def test_apply_onto_a_branch_that_moved_on_makes_a_merge_commit(repo, tmp_path):
     assert sh(repo, "rev-list", "--count", "--merges", "HEAD") == "1"
     assert (repo / "added.txt").read_text() == "the agent's\n"
     assert (repo / "old.txt").read_text() == "the user's own commit meanwhile\n"
+
+
+@needs_fence
+def test_a_recipe_reads_the_real_worktree_while_the_harness_sees_the_fences_path(repo, tmp_path):
+    [run] = launch(Launcher(state_dir=tmp_path / "state", fence=FENCE), stand_in_kind(tmp_path, "aider"), repo,
+                   task(write={"story.txt": "aider's\n"}))
+    assert run.completed, run.error or run.stderr.text
+    said = report(run)
+    assert said["cwd"].startswith("/tmp/swarm-panel-stand-in-work-")
+    assert said["argv"][-2:] == ["old.txt", "story.txt"]  # aider's files, listed from the real worktree
+    assert changes(run.workspace).summary() == "1 file +1 -3"
