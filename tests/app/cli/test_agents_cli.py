@@ -36,6 +36,7 @@ def rows(out: str) -> dict[str, list[str]]:
 
 def test_list_says_where_each_is_or_how_to_install_it(fake, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # the real harnesses, installed or not, are not
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # nor is an aider in ~/.venvs
     monkeypatch.delenv("SWARM_PANEL_AIDER", raising=False)
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out
