@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,17 @@ SESSION_LIMIT_S = 600
 def run_kind(kind: str, timeout_s: float, first_timeout_s: float, max_output_tokens: int,
              extra: list[str]) -> tuple[list[dict], float, str]:
     """The rows `agents run` printed, the wall time, and its stderr's tail."""
-    with tempfile.TemporaryDirectory(prefix=f"real-agents-{kind}-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"real-agents-{kind}-") as scratch:
+        folder = str(Path(scratch) / "work")
+        Path(folder).mkdir()
         (Path(folder) / "hello.py").write_text(HELLO)
         command = [sys.executable, "-m", "swarm_panel", "agents", "run", kind, "--dir", folder, "--sessions", "2",
                    "--json", "--timeout", str(timeout_s), "--first-timeout", str(first_timeout_s),
                    "--max-output-tokens", str(max_output_tokens), *extra]
         started = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        # Each agent's workspace (a copy of the folder) goes with it, not into the data folder.
+        env = os.environ | {"SWARM_PANEL_WORKTREES": str(Path(scratch) / "worktrees")}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
         wall = time.monotonic() - started
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return rows, wall, done.stderr[-2000:]

@@ -20,6 +20,12 @@ def _own_cache_folder(tmp_path_factory):
     patch.undo()
 
 
+@pytest.fixture(autouse=True)
+def _own_worktrees(tmp_path_factory, monkeypatch):
+    """Launched agents' worktrees and records (app.workspace): each test's own, none in the user's data folder."""
+    monkeypatch.setenv("SWARM_PANEL_WORKTREES", str(tmp_path_factory.mktemp("worktrees")))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A random-weight llama GGUF of about 1 MB, written once per test session."""

@@ -1,11 +1,14 @@
 """`swarm-panel agents`: the coding-agent harnesses this machine has, and a run of real ones.
 
-`agents list` says which harnesses are installed (and the command that installs each one that is not).
+`agents list` says which harnesses are installed (and the command that installs each one that is not), the
+fence launches run in, and the agents' kept workspaces.
 `agents run KIND --dir FOLDER` starts the engine and the endpoint in this process, on any free port
-unless --port is given, launches N agents of the kind in the folder against it, waits for them to end
-(or --timeout, then stops them) and prints one row per agent: its exit code, its turns as the server
-logged them, the first turn's time, the prompt tokens computed on each turn and its final answer's end.
-Without --n-ctx the context is raised, where needed, to hold the kind's first turn and its output.
+unless --port is given, launches N agents of the kind against it, each in its own worktree of the folder
+(branch swarm-panel/NAME) inside the fence, waits for them to end (or --timeout, then stops them) and prints
+one row per agent: its exit code, its turns as the server logged them, the first turn's time, the prompt
+tokens computed on each turn, what it changed and its final answer's end. Without --n-ctx the context is
+raised, where needed, to hold the kind's first turn and its output.
+`agents diff NAME`, `agents apply NAME` and `agents discard NAME|--all` review and land or drop their work.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 
+from swarm_panel.app.cli import agent_workspaces
 from swarm_panel.app.cli.serve import SERVE_FIELDS
 from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOptions
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind, installed_version
@@ -25,6 +28,9 @@ from swarm_panel.app.service.engine_service import SwarmService, share_the_inter
 from swarm_panel.app.service.request_log import RequestRecord
 from swarm_panel.app.settings.flags import add_settings_arguments, given
 from swarm_panel.app.settings.schema import Settings
+from swarm_panel.app.workspace.changes import changes
+from swarm_panel.app.workspace.create import preflight
+from swarm_panel.app.workspace.git import WorkspaceError
 
 CONTEXT_MARGIN = 1024  # the turns after the first add tool results to the prompt
 SHOWN_TURNS = 8  # computed tokens listed per agent; more are counted, not listed
@@ -34,8 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("agents", help="list the coding-agent harnesses, or run real ones against the engine",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
-    listing = verbs.add_parser("list", help="which harnesses are installed, and how to install the others")
+    listing = verbs.add_parser("list", help="which harnesses are installed (and how to install the others), the "
+                                            "fence, and the agents' kept workspaces")
     listing.set_defaults(run=run_list)
+    agent_workspaces.register(verbs)
     run = verbs.add_parser("run", help="launch N agents of a kind in a folder against the engine, wait, report")
     run.add_argument("kind", metavar="KIND", help=f"one of {', '.join(KINDS)}")
     run.add_argument("--dir", required=True, help="the folder the agents work in")
@@ -45,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="run the N agents this many times, one round after another, on the same engine: "
                           "later sessions show what reuse of the harness's prompt saves (default 1)")
     run.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    run.add_argument("--unconfined", action="store_true",
+                     help="where no fence (bubblewrap) works, give each harness its shell anyway: it then runs "
+                          "with your rights, outside its worktree too. Without this it runs in its own ask-first "
+                          "or read-only mode. No effect where the fence works")
     run.add_argument("--request-timeout", type=float, default=None, metavar="S",
                      help="raise every harness's request and quiet-stream timeouts to S seconds (default: each "
                           "harness's own, which the server's keep-alives hold through a long prompt)")
@@ -76,6 +88,7 @@ def run_list(args: argparse.Namespace) -> int:
             where = f"{installed_version(path) or 'version unknown'} at {path}"
         print(f"{kind.key:<12} {kind.display}: {where}")
         print(f"{'':<12} speaks {APIS[kind.api]}; its first turn needs ~{kind.context_tokens:,} tokens of context")
+    agent_workspaces.print_workspaces()
     return 0
 
 
@@ -105,8 +118,7 @@ def run_agents(args: argparse.Namespace) -> int:
     kind = kind_named(args.kind)
     if not kind.found():
         raise HarnessNotFound(kind)
-    if not Path(args.dir).expanduser().is_dir():  # before the engine loads, not after
-        raise ValueError(f"no such folder: {args.dir}")
+    preflight(args.dir)  # a folder no agent can start from is refused before the engine loads, not after
     settings = settings_for(args, kind)
     options = HarnessOptions(max_output_tokens=args.max_output_tokens, context_tokens=settings.n_ctx,
                              request_timeout_s=args.request_timeout,
@@ -142,14 +154,23 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
         return None
     try:
         await http.start()
-        launcher = Launcher(service.requests, options=options)
+        launcher = Launcher(service.requests, options=options, unconfined=args.unconfined)
+        print(f"fence: {launcher.fence.describe()}", file=sys.stderr, flush=True)
+        if not launcher.fence.available:
+            print("warning: the harnesses run with their shell unlocked and your rights (--unconfined)"
+                  if args.unconfined else "the harnesses run in their ask-first or read-only mode: no shell "
+                  "(--unconfined gives it back, unfenced)", file=sys.stderr, flush=True)
         runs: list[HarnessRun] = []
         try:
             for session in range(1, args.sessions + 1):
                 started = await launcher.start(kind, args.dir, http.url, args.task, args.agents)
                 runs += started
-                print(f"session {session}: {len(started)} {kind.display} agent(s) in {started[0].folder} "
-                      f"against {http.url}", file=sys.stderr, flush=True)
+                print(f"session {session}: {len(started)} {kind.display} agent(s) on {started[0].folder} "
+                      f"against {http.url}, each in its own workspace:", file=sys.stderr, flush=True)
+                for run in started:
+                    ws = run.workspace
+                    print(f"  {run.name}: {ws.folder if ws else '-'} (branch {ws.branch if ws else '-'})",
+                          file=sys.stderr, flush=True)
                 timeout = args.first_timeout if session == 1 and args.first_timeout is not None else args.timeout
                 if not await launcher.wait(timeout):
                     # The next session still runs: what this one computed is kept for it.
@@ -177,9 +198,21 @@ def rows(launcher: Launcher, runs: list[HarnessRun]) -> list[dict[str, object]]:
                     "first_turn_computed": None if first is None else first.computed_tokens,
                     "prompt": [t.prompt_tokens for t in turns], "computed": [t.computed_tokens for t in turns],
                     "status_codes": [t.status for t in turns], "finishes": [t.finish for t in turns],
-                    "answer": run.answer(300),
+                    "answer": run.answer(300), "confinement": run.confinement,
+                    "workspace": run.workspace.folder if run.workspace else None,
+                    "branch": run.workspace.branch if run.workspace else None,
+                    "changes": _change_rows(run),
                     "complaint": None if run.completed else (run.error or " ".join(run.stderr.text.split())[-600:])})
     return out
+
+
+def _change_rows(run: HarnessRun) -> list[dict[str, object]] | None:
+    try:
+        found = changes(run.workspace) if run.workspace else None
+    except WorkspaceError:
+        return None
+    return None if found is None else [{"path": f.path, "status": f.status, "added": f.added, "removed": f.removed}
+                                       for f in found.files]
 
 
 def first_turn(turns: list[RequestRecord]) -> RequestRecord | None:
@@ -200,10 +233,20 @@ def print_rows(launcher: Launcher, runs: list[HarnessRun]) -> None:
         shown = "-" if first is None else f"{first.seconds:.1f} s"
         print(f"{run.name:<16} {run.status:<8} {_or_dash(run.exit_code):>4} {'yes' if run.completed else 'no':<4} "
               f"{len(turns):>5} {shown:>10}  {_computed(turns):<28} {run.answer(120) or '-'}")
+        if run.workspace is not None:
+            print(f"{'':<16} {_summary(run)} in {run.workspace.folder} ({run.confinement}); review: "
+                  f"swarm-panel agents diff {run.name}")
         if run.error:
             print(f"{'':<16} {run.error}")
         elif not run.completed and run.stderr.text.strip():
             print(f"{'':<16} stderr: {' '.join(run.stderr.text.split())[-300:]}")
+
+
+def _summary(run: HarnessRun) -> str:
+    try:
+        return changes(run.workspace).summary() if run.workspace else "-"
+    except WorkspaceError as exc:
+        return str(exc)
 
 
 def _or_dash(value: object) -> str:

@@ -31,6 +31,7 @@ FOREIGN_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CLAUDE_", "CODEX_", "OPENCODE_", "
 # Claude Code refuses --dangerously-skip-permissions as root outside a sandbox; an allow-list runs
 # unattended as any user (tools left out are refused, not asked about, under --print).
 CLAUDE_CODE_TOOLS = "Read,Edit,Write,Glob,Grep,Bash"
+CLAUDE_CODE_TOOLS_NO_SHELL = "Read,Edit,Write,Glob,Grep"
 AIDER_MAX_FILES = 32  # the folder's files aider is given to edit; a bigger folder gets the first ones
 AIDER_MAX_FILE_BYTES = 256 * 1024
 
@@ -63,6 +64,9 @@ class Job:
     task: str
     home: Path
     options: HarnessOptions
+    # False where no fence holds it and the user did not opt in (--unconfined): its own ask-first or
+    # read-only mode, no shell (docs/agents.md, "The fence").
+    shell: bool = True
 
     @property
     def base_url(self) -> str:
@@ -118,7 +122,8 @@ def claude_code(job: Job) -> tuple[list[str], dict[str, str]]:
     if job.timeout_ms is not None:
         # Its watchdog on a stream without events never waits less than 5 minutes, whatever this says.
         env |= {"API_TIMEOUT_MS": str(job.timeout_ms), "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(job.timeout_ms)}
-    argv = [job.executable, "--print", "--output-format", "text", "--allowedTools", CLAUDE_CODE_TOOLS, "--", job.task]
+    argv = [job.executable, "--print", "--output-format", "text", "--allowedTools",
+            CLAUDE_CODE_TOOLS if job.shell else CLAUDE_CODE_TOOLS_NO_SHELL, "--", job.task]
     return argv, env
 
 
@@ -164,7 +169,7 @@ def opencode(job: Job) -> tuple[list[str], dict[str, str]]:
         "small_model": f"swarm/{model}",
         "autoupdate": False,
         "share": "disabled",
-        "permission": {"edit": "allow", "bash": "allow"},
+        "permission": {"edit": "allow", "bash": "allow" if job.shell else "deny"},
     }
     _write(job.home / "config" / "opencode" / "opencode.json", json.dumps(config, indent=2))
     env = xdg | {
@@ -199,8 +204,10 @@ def qwen_code(job: Job) -> tuple[list[str], dict[str, str]]:
         # A fixed limit; unset, it asks for 8k and retries a cut answer with 64k.
         "QWEN_CODE_MAX_OUTPUT_TOKENS": str(job.options.max_output_tokens),
     }
-    # The positional prompt runs one-shot (-p is deprecated); --yolo approves every tool call.
-    argv = [job.executable, "--auth-type", "openai", "--model", job.options.model, "--yolo", job.task]
+    # The positional prompt runs one-shot (-p is deprecated); --yolo approves every tool call, auto-edit
+    # only edits (a shell command waits for an approval nobody gives, and is refused).
+    approval = ["--yolo"] if job.shell else ["--approval-mode", "auto-edit"]
+    argv = [job.executable, "--auth-type", "openai", "--model", job.options.model, *approval, job.task]
     return argv, env
 
 
@@ -222,6 +229,9 @@ def aider(job: Job) -> tuple[list[str], dict[str, str]]:
         # Its history and .env would otherwise be the folder's own.
         "--chat-history-file", str(home / "chat-history.md"), "--input-history-file", str(home / "input-history"),
         "--env-file", str(home / ".env"),
+        # --yes-always never runs a suggested shell command (aider asks for an explicit yes); unfenced, it is
+        # not even suggested.
+        *([] if job.shell else ["--no-suggest-shell-commands"]),
         "--message", job.task, *_folder_files(job.folder),
     ]
     # litellm fetches its model price list at import otherwise.

@@ -1,6 +1,11 @@
-"""Launched harnesses: each one a process in its own process group, watched on the asyncio loop, its
-output's tail kept, its config home removed when it ends; its turns are its requests in the service's
-request log, under the name its base URL gives it.
+"""Launched harnesses: each one in its own workspace (app.workspace: a git worktree on its own branch, or a
+copy), inside the fence (app.fence) where there is one, a process in its own process group, watched on the
+asyncio loop, its output's tail kept, its config home removed when it ends; its turns are its requests in the
+service's request log, under the name its base URL gives it.
+
+Inside the fence the worktree is seen at its config home's slot's path (/tmp/swarm-panel-KIND-work-SLOT):
+Claude Code and Qwen Code write the working folder into their prompt, so a later session in the same slot
+sends the same prompt and reuses it whole, as it did when every agent worked in the user's folder.
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarm_panel.app.fence.bwrap import Fence, Walls, detect, wrap
 from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
 from swarm_panel.app.harness.kinds import HarnessKind
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord
+from swarm_panel.app.workspace.create import create
+from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, out
+from swarm_panel.app.workspace.land import discard
+from swarm_panel.app.workspace.records import COPY, Workspace, process_start, save
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,8 @@ STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 # After the harness exits, how long its pipes may stay open (a child it left behind holds them).
 PIPE_DRAIN_S = 2.0
 READ_CHUNK = 4096
+NAME_TRIES = 1000  # numbers skipped past kept workspaces of earlier sessions
+FENCED, UNCONFINED, SHELL_LOCKED = "bubblewrap", "unconfined", "no fence: shell locked"
 
 
 class HarnessNotFound(ValueError):
@@ -68,6 +80,8 @@ class HarnessRun:
     stdout: Tail = field(default_factory=Tail)
     stderr: Tail = field(default_factory=Tail)
     home: Path | None = None  # its private config home, gone once it has ended
+    workspace: Workspace | None = None  # its worktree or copy, kept after it ends until applied or discarded
+    confinement: str = ""  # FENCED, UNCONFINED or SHELL_LOCKED
     stop_asked: bool = False
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     watcher: asyncio.Task | None = field(default=None, repr=False)
@@ -90,11 +104,16 @@ class Launcher:
     """Starts harnesses against a server, watches them, stops them; runs on the caller's asyncio loop."""
 
     def __init__(self, requests: RequestLog | None = None, *, options: HarnessOptions | None = None,
-                 state_dir: Path | None = None, grace_s: float = STOP_GRACE_S) -> None:
+                 state_dir: Path | None = None, grace_s: float = STOP_GRACE_S, workspaces: Path | None = None,
+                 unconfined: bool = False, fence: Fence | None = None) -> None:
         self.requests = requests
         self.options = options or HarnessOptions()
         self.state_dir = state_dir  # where config homes go; None: the system's temp folder
         self.grace_s = grace_s
+        self.workspaces = workspaces  # where workspaces are kept; None: app.workspace's data folder
+        # Without a fence, a harness gets its shell only on this explicit opt-in.
+        self.unconfined = unconfined
+        self._fence = fence
         self.runs: list[HarnessRun] = []
         self._numbers: Counter[str] = Counter()
 
@@ -104,40 +123,80 @@ class Launcher:
                 return run
         raise KeyError(name)
 
+    @property
+    def fence(self) -> Fence:
+        """The fence launches run in: bubblewrap if it works here (probed once), else none with the reason."""
+        if self._fence is None:
+            self._fence = detect()
+        return self._fence
+
+    def confinement(self) -> str:
+        if self.fence.available:
+            return FENCED
+        return UNCONFINED if self.unconfined else SHELL_LOCKED
+
     def turns(self, name: str) -> list[RequestRecord]:
         """The agent's requests the server has answered (or refused), oldest first."""
         return self.requests.records(agent=name) if self.requests is not None else []
 
     async def start(self, kind: HarnessKind, folder: Path | str, server_url: str, task: str = DEFAULT_TASK,
                     n: int = 1) -> list[HarnessRun]:
-        """Launches n agents of a kind in the folder; raises HarnessNotFound with its install command."""
+        """Launches n agents of a kind, each in its own workspace made from the folder; raises HarnessNotFound
+        with its install command, or WorkspaceError (no agent started) when the workspaces cannot be made."""
         executable = kind.path()
         if executable is None:
             raise HarnessNotFound(kind)
-        folder = Path(folder).expanduser().resolve()
-        if not folder.is_dir():
-            raise ValueError(f"no such folder: {folder}")
         if not task.strip():
             raise ValueError("the task is empty")
+        await asyncio.to_thread(lambda: self.fence)  # the first probe runs bwrap once
+        folder = Path(folder).expanduser()
+        workspaces = await asyncio.to_thread(self._make_workspaces, kind, folder, n)
         started = []
-        for _ in range(n):
-            self._numbers[kind.key] += 1
-            run = HarnessRun(kind, f"{kind.key}-{self._numbers[kind.key]}", folder, task)
+        for ws in workspaces:
+            run = HarnessRun(kind, ws.name, folder.resolve(), task, workspace=ws, confinement=self.confinement())
             self.runs.append(run)
             await self._spawn(run, executable, server_url)
             started.append(run)
         return started
 
+    def _make_workspaces(self, kind: HarnessKind, folder: Path, n: int) -> list[Workspace]:
+        """All n or none: a failure discards those already made."""
+        made: list[Workspace] = []
+        try:
+            for _ in range(n):
+                made.append(self._make_workspace(kind, folder))
+        except WorkspaceError:
+            for ws in made:
+                discard(ws)
+            raise
+        return made
+
+    def _make_workspace(self, kind: HarnessKind, folder: Path) -> Workspace:
+        for _ in range(NAME_TRIES):
+            self._numbers[kind.key] += 1
+            try:
+                return create(folder, f"{kind.key}-{self._numbers[kind.key]}", self.workspaces)
+            except NameTaken:
+                continue
+        raise WorkspaceError(f"{NAME_TRIES} {kind.key} workspaces are kept: discard some "
+                             "(`swarm-panel agents discard --all`)")
+
     async def _spawn(self, run: HarnessRun, executable: str, server_url: str) -> None:
+        ws = run.workspace
+        assert ws is not None
         try:
             # A folder that cannot be written fails this launch with its reason, never the caller.
             if self.state_dir is not None:
                 self.state_dir.mkdir(parents=True, exist_ok=True)
             run.home = free_home(Path(self.state_dir or tempfile.gettempdir()), run.kind.key)
-            launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, run.folder, run.task,
-                                                       run.home, self.options))
+            tree = self._tree_seen_at(run, ws)
+            inside = tree / Path(ws.folder).relative_to(ws.tree)
+            # The recipe reads the folder (aider lists its files) here, outside: its real path.
+            launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, Path(ws.folder), run.task,
+                                                       run.home, self.options, shell=run.confinement != SHELL_LOCKED))
+            argv = wrap(self.fence, launch.argv, self._walls(run, ws, tree), inside)
             process = await asyncio.create_subprocess_exec(
-                *launch.argv, cwd=run.folder, env=launch.env, stdin=asyncio.subprocess.DEVNULL,
+                *argv, cwd=ws.folder, env=launch.env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)  # its own process group: a stop reaches what it started too
         except (OSError, ValueError) as exc:
@@ -145,9 +204,26 @@ class Launcher:
             run.status, run.error, run.ended = FAILED, str(exc), time.time()
             _remove(run)
             return
-        log.info("%s started: pid %d in %s", run.name, process.pid, run.folder)
+        log.info("%s started: pid %d in %s (%s)", run.name, process.pid, ws.folder, run.confinement)
         run.process, run.pid, run.status = process, process.pid, RUNNING
+        ws.pid, ws.pid_started = process.pid, process_start(process.pid)
+        save(ws)
         run.watcher = asyncio.create_task(self._watch(run, process), name=f"harness-{run.name}")
+
+    def _tree_seen_at(self, run: HarnessRun, ws: Workspace) -> Path:
+        """Where the harness sees its tree: its slot's fixed path inside the fence, the real one outside."""
+        if not self.fence.available or run.home is None:
+            return ws.tree
+        slot = run.home.name.rsplit("-", 1)[-1]
+        return Path("/tmp", f"swarm-panel-{run.kind.key}-work-{slot}")  # the fence's own /tmp
+
+    def _walls(self, run: HarnessRun, ws: Workspace, tree: Path) -> Walls:
+        assert run.home is not None
+        writable = ((ws.tree, tree), (run.home, run.home))
+        if ws.mode == COPY:  # its own .git holds the base Apply compares with: the agent may not rewrite it
+            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),))
+        common = Path(out(ws.tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+        return Walls(writable, readable=(common,))
 
     async def _watch(self, run: HarnessRun, process: asyncio.subprocess.Process) -> None:
         readers = [asyncio.create_task(_pump(process.stdout, run.stdout)),
@@ -164,6 +240,9 @@ class Launcher:
             run.ended = time.time()
             run.status = STOPPED if run.stop_asked else EXITED
             _remove(run)
+            if run.workspace is not None:
+                run.workspace.pid = run.workspace.pid_started = None
+                save(run.workspace)
             log.info("%s %s with exit code %s", run.name, run.status, run.exit_code)
 
     async def stop(self, name: str) -> None:

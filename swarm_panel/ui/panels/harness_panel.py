@@ -1,6 +1,8 @@
 """Real coding agents from the panel: each harness installed or how to install it, a folder, a task and a
 count to start, and the launched agents with their turns, polled once a second (app.harness.launcher
 runs them on the app's asyncio loop). They are served as named agents, so the agents table lists them too.
+Each works in its own worktree inside the fence; their changes are reviewed and landed below
+(ui.panels.agent_worktrees). Without a fence, the Unconfined box is the opt-in that gives them a shell.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, FINISHED, HarnessRun, Launcher
 from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
+from swarm_panel.ui.panels.agent_worktrees import AgentWorktrees
 from swarm_panel.ui.toolkit import theme
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,13 @@ class HarnessPanel(QtWidgets.QWidget):
         self.max_output.setValue(DEFAULT_MAX_OUTPUT_TOKENS)
         self.max_output.setToolTip("each response's output limit, as each harness is told (Codex has no such "
                                    "setting: the server's default-max-tokens applies)")
+        self.unconfined = QtWidgets.QCheckBox("Unconfined: give them a shell without a fence")
+        self.unconfined.setToolTip("No fence (bubblewrap) works here. Checked, each harness runs with its shell "
+                                   "unlocked and your rights: it can change anything you can, outside its "
+                                   "worktree too. Unchecked, it runs in its own ask-first or read-only mode.")
+        self.unconfined.setStyleSheet(f"color: {theme.QUEUE}")
+        self.unconfined.setVisible(not self.launcher.fence.available)
+        self.worktrees = AgentWorktrees(self.launcher.workspaces, lambda: self.launcher.fence)
         self.start_button = QtWidgets.QPushButton("Start")
         self.start_button.setObjectName("primary")
         self.start_button.clicked.connect(self.start)
@@ -129,6 +139,7 @@ class HarnessPanel(QtWidgets.QWidget):
         counts.addWidget(QtWidgets.QLabel("max output"))
         counts.addWidget(self.max_output)
         counts.addStretch(1)
+        counts.addWidget(self.unconfined)
         counts.addWidget(self.start_button)
         form = QtWidgets.QFormLayout()
         form.addRow("harness", self.kind)
@@ -154,6 +165,7 @@ class HarnessPanel(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(launch_box)
         layout.addWidget(agents_box, 1)
+        layout.addWidget(self.worktrees, 2)
 
     # -- harnesses -----------------------------------------------------------------------------
 
@@ -194,6 +206,7 @@ class HarnessPanel(QtWidgets.QWidget):
             self.message.setText("Harnesses run on the app's event loop, which is not running.")
             return False
         self.launcher.options = self.options()
+        self.launcher.unconfined = self.unconfined.isChecked()
         if Path(self.folder.text()) == example_folder():
             prepare_example()
         n = self.count.value()
@@ -210,8 +223,10 @@ class HarnessPanel(QtWidgets.QWidget):
 
     def _started(self, runs: list[HarnessRun]) -> None:
         names = ", ".join(run.name for run in runs)
-        self.message.setText(f"Started {names}: they are served as agents of those names.")
+        self.message.setText(f"Started {names} ({runs[0].confinement if runs else '-'}), each in its own "
+                             "worktree: they are served as agents of those names.")
         self.refresh()
+        self.worktrees.poll()
 
     def stop_selected(self) -> None:
         for name in self.selected():
@@ -249,6 +264,7 @@ class HarnessPanel(QtWidgets.QWidget):
     def shutdown(self) -> None:
         """The app is closing: every agent gets SIGTERM now."""
         self.timer.stop()
+        self.worktrees.shutdown()
         self.launcher.terminate_all()
 
     # -- the table -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ what it reads, and neither the user's home nor the user's own variables are."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -151,3 +152,31 @@ def test_each_harness_keeps_its_own_timeouts_unless_one_is_asked_for(recipe, tmp
     assert not [name for name in TIMEOUT_SETTINGS if name in kept]
     raised = everything(prepare(recipe, job(tmp_path / "raised", request_timeout_s=1800)))
     assert "1800000" in raised or ("--timeout" in raised and "\n1800\n" in raised)
+
+
+
+def shell_setting(recipe: str, launch) -> str:
+    """What the harness is told about its shell: a flag, an allow-list, a permission."""
+    argv = launch.argv
+    if recipe == "claude-code":
+        return argv[argv.index("--allowedTools") + 1]
+    if recipe == "opencode":
+        config = json.loads((launch.home / "config" / "opencode" / "opencode.json").read_text())
+        return config["permission"]["bash"]
+    if recipe == "qwen-code":
+        return " ".join(a for a in argv if a in ("--yolo", "--approval-mode", "auto-edit"))
+    return " ".join(a for a in argv if a in ("--yes-always", "--no-suggest-shell-commands"))
+
+
+# What a harness is told where the fence holds it (or the user opted in), and where neither (docs/agents.md).
+SHELL = {"claude-code": ("Read,Edit,Write,Glob,Grep,Bash", "Read,Edit,Write,Glob,Grep"),
+         "opencode": ("allow", "deny"),
+         "qwen-code": ("--yolo", "--approval-mode auto-edit"),
+         "aider": ("--yes-always", "--yes-always --no-suggest-shell-commands")}
+
+
+@pytest.mark.parametrize("recipe", sorted(SHELL))
+def test_without_a_fence_each_harness_runs_with_its_shell_locked(recipe, tmp_path, user_home):
+    fenced = prepare(recipe, job(tmp_path))
+    locked = prepare(recipe, dataclasses.replace(job(tmp_path), home=tmp_path / "locked", shell=False))
+    assert (shell_setting(recipe, fenced), shell_setting(recipe, locked)) == SHELL[recipe]
