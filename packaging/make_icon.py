@@ -9,7 +9,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6 import QtCore, QtGui  # noqa: E402
+from PySide6 import QtCore, QtGui
 
 SIZE = 256
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm_panel.app.fence.bwrap import detect
+from swarm_panel.app.fence.choose import detect
 from swarm_panel.app.workspace.changes import changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard

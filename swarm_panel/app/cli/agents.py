@@ -20,6 +20,7 @@ import sys
 
 from swarm_panel.app.cli import agent_workspaces
 from swarm_panel.app.cli.serve import SERVE_FIELDS
+from swarm_panel.app.fence.choose import CHOICES, detect
 from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOptions
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind, installed_version
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, HarnessNotFound, HarnessRun, Launcher
@@ -53,8 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="run the N agents this many times, one round after another, on the same engine: "
                           "later sessions show what reuse of the harness's prompt saves (default 1)")
     run.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    run.add_argument("--fence", choices=CHOICES, default="auto",
+                     help="which fence holds each harness: auto (bubblewrap where it works, else Landlock), or "
+                          "only the one named; none working, the harnesses run as --unconfined says (default auto)")
     run.add_argument("--unconfined", action="store_true",
-                     help="where no fence (bubblewrap) works, give each harness its shell anyway: it then runs "
+                     help="where no fence (bubblewrap or Landlock) works, give each harness its shell anyway: it then runs "
                           "with your rights, outside its worktree too. Without this it runs in its own ask-first "
                           "or read-only mode. No effect where the fence works")
     run.add_argument("--request-timeout", type=float, default=None, metavar="S",
@@ -154,7 +158,8 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
         return None
     try:
         await http.start()
-        launcher = Launcher(service.requests, options=options, unconfined=args.unconfined)
+        fence = await asyncio.to_thread(detect, args.fence)
+        launcher = Launcher(service.requests, options=options, unconfined=args.unconfined, fence=fence)
         print(f"fence: {launcher.fence.describe()}", file=sys.stderr, flush=True)
         if not launcher.fence.available:
             print("warning: the harnesses run with their shell unlocked and your rights (--unconfined)"

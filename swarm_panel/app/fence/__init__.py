@@ -1,4 +1,9 @@
-"""The fence around a launched harness: bubblewrap where it is installed and works, else none, said aloud.
+"""The fence around a launched harness: bubblewrap where it works, else Landlock where the kernel has it,
+else none, said aloud with the reason.
 
-May import the standard library only; no Qt, no other room of app.
+walls: what a launch may write and read, and the fence chosen. bwrap and landlock: each fence's probe and
+command line; landlock_exec: the small program that applies a Landlock ruleset and becomes the harness.
+choose: which fence runs launches here, and the command line it gives.
+
+May import the standard library and `landlock` only; no Qt, no other room of app.
 """

@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swarm_panel.app.fence.bwrap import Fence, Walls, detect, wrap
+from swarm_panel.app.fence.choose import detect, wrap
+from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, Fence, Walls
 from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
 from swarm_panel.app.harness.kinds import HarnessKind
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord
@@ -43,7 +44,7 @@ STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 PIPE_DRAIN_S = 2.0
 READ_CHUNK = 4096
 NAME_TRIES = 1000  # numbers skipped past kept workspaces of earlier sessions
-FENCED, UNCONFINED, SHELL_LOCKED = "bubblewrap", "unconfined", "no fence: shell locked"
+UNCONFINED, SHELL_LOCKED = "unconfined", "no fence: shell locked"
 
 
 class HarnessNotFound(ValueError):
@@ -81,7 +82,7 @@ class HarnessRun:
     stderr: Tail = field(default_factory=Tail)
     home: Path | None = None  # its private config home, gone once it has ended
     workspace: Workspace | None = None  # its worktree or copy, kept after it ends until applied or discarded
-    confinement: str = ""  # FENCED, UNCONFINED or SHELL_LOCKED
+    confinement: str = ""  # the fence's kind (BWRAP, LANDLOCK), UNCONFINED or SHELL_LOCKED
     stop_asked: bool = False
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     watcher: asyncio.Task | None = field(default=None, repr=False)
@@ -125,14 +126,15 @@ class Launcher:
 
     @property
     def fence(self) -> Fence:
-        """The fence launches run in: bubblewrap if it works here (probed once), else none with the reason."""
+        """The fence launches run in: bubblewrap, else Landlock, where it works here (probed once), else none
+        with the reasons."""
         if self._fence is None:
             self._fence = detect()
         return self._fence
 
     def confinement(self) -> str:
         if self.fence.available:
-            return FENCED
+            return self.fence.kind
         return UNCONFINED if self.unconfined else SHELL_LOCKED
 
     def turns(self, name: str) -> list[RequestRecord]:
@@ -211,8 +213,8 @@ class Launcher:
         run.watcher = asyncio.create_task(self._watch(run, process), name=f"harness-{run.name}")
 
     def _tree_seen_at(self, run: HarnessRun, ws: Workspace) -> Path:
-        """Where the harness sees its tree: its slot's fixed path inside the fence, the real one outside."""
-        if not self.fence.available or run.home is None:
+        """Where the harness sees its tree: its slot's fixed path inside bubblewrap's mounts, else the real one."""
+        if self.fence.kind != BWRAP or run.home is None:
             return ws.tree
         slot = run.home.name.rsplit("-", 1)[-1]
         return Path("/tmp", f"swarm-panel-{run.kind.key}-work-{slot}")  # the fence's own /tmp
@@ -220,10 +222,14 @@ class Launcher:
     def _walls(self, run: HarnessRun, ws: Workspace, tree: Path) -> Walls:
         assert run.home is not None
         writable = ((ws.tree, tree), (run.home, run.home))
+        tmp = None
+        if self.fence.kind == LANDLOCK:  # no /tmp of its own: a temp folder in its config home, gone with it
+            tmp = run.home / "tmp"
+            tmp.mkdir()
         if ws.mode == COPY:  # its own .git holds the base Apply compares with: the agent may not rewrite it
-            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),))
+            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),), tmp=tmp)
         common = Path(out(ws.tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-        return Walls(writable, readable=(common,))
+        return Walls(writable, readable=(common,), tmp=tmp)
 
     async def _watch(self, run: HarnessRun, process: asyncio.subprocess.Process) -> None:
         readers = [asyncio.create_task(_pump(process.stdout, run.stdout)),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from swarm_panel.app.fence.bwrap import Fence
+from swarm_panel.app.fence.walls import Fence
 from swarm_panel.app.workspace.changes import Changes, changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard

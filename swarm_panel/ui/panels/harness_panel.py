@@ -76,7 +76,7 @@ class HarnessPanel(QtWidgets.QWidget):
         self.max_output.setToolTip("each response's output limit, as each harness is told (Codex has no such "
                                    "setting: the server's default-max-tokens applies)")
         self.unconfined = QtWidgets.QCheckBox("Unconfined: give them a shell without a fence")
-        self.unconfined.setToolTip("No fence (bubblewrap) works here. Checked, each harness runs with its shell "
+        self.unconfined.setToolTip("No fence (bubblewrap or Landlock) works here. Checked, each harness runs with its shell "
                                    "unlocked and your rights: it can change anything you can, outside its "
                                    "worktree too. Unchecked, it runs in its own ask-first or read-only mode.")
         self.unconfined.setStyleSheet(f"color: {theme.QUEUE}")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.fence.bwrap import NONE, Fence, detect
+from swarm_panel.app.fence.choose import detect
+from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence
 from swarm_panel.app.harness.launcher import (
     EXITED,
     FAILED,
@@ -173,17 +174,19 @@ def test_an_executable_that_cannot_run_fails_and_leaves_no_home(folder, tmp_path
     [run] = asyncio.run(unfenced.start(kind, folder, "http://127.0.0.1:9"))
     assert run.status == FAILED and run.error and run.exit_code is None
     assert list((tmp_path / "state").iterdir()) == []
-    fence = detect()
-    if fence.available:  # bwrap starts, and it is bwrap that cannot run the harness: it says so and exits
-        async def scenario():
-            launcher = Launcher(state_dir=tmp_path / "state", fence=fence)
-            [run] = await launcher.start(kind, folder, "http://127.0.0.1:9")
-            await launcher.wait(30)
-            return run
 
-        run = asyncio.run(scenario())
+    async def fenced(fence):
+        launcher = Launcher(state_dir=tmp_path / "state", fence=fence)
+        [run] = await launcher.start(kind, folder, "http://127.0.0.1:9")
+        await launcher.wait(30)
+        return run
+
+    # The fence starts, and it is the fence that cannot run the harness: it says so and exits.
+    for fence in (f for f in (detect(BWRAP), detect(LANDLOCK)) if f.available):
+        run = asyncio.run(fenced(fence))
         assert run.status == EXITED and run.exit_code != 0 and not run.completed
-        assert "bwrap" in run.stderr.text and kind.executable in run.stderr.text
+        said = "bwrap" if fence.kind == BWRAP else "landlock_exec: cannot run"
+        assert said in run.stderr.text and kind.executable in run.stderr.text
         assert list((tmp_path / "state").iterdir()) == []
 
 

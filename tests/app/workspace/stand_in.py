@@ -4,7 +4,8 @@ Qwen Code is (the task last on its command line) unless told otherwise. Its task
 - "write": {path: text} new or replaced files ("{name}" in a text: its agent name, from its base URL);
 - "delete": [path]; "sleep": seconds before it exits;
 - "outside": [path] files it tries to write outside its worktree: it prints, for each, "wrote" or why not.
-It prints one JSON line: its folder, what happened outside, and its argv (the recipe's permissions).
+It prints one JSON line: its folder, what happened outside, whether it could write its temp folder (TMPDIR),
+and its argv (the recipe's permissions).
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ for path in task.get("outside", []):
         outside[path] = "wrote"
     except OSError as exc:
         outside[path] = exc.strerror
-print(json.dumps({"cwd": os.getcwd(), "outside": outside, "argv": sys.argv[1:]}), flush=True)
+try:  # its temp folder, wherever the fence puts it
+    with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "stand-in-scratch"), "w") as f:
+        f.write("scratch")
+    tmp = "wrote"
+except OSError as exc:
+    tmp = exc.strerror
+print(json.dumps({"cwd": os.getcwd(), "outside": outside, "tmp": tmp, "argv": sys.argv[1:]}), flush=True)
 time.sleep(task.get("sleep", 0))
 '''
 

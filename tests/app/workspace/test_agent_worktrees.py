@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.fence.bwrap import NONE, Fence, detect
-from swarm_panel.app.harness.launcher import FENCED, SHELL_LOCKED, UNCONFINED, Launcher
+from swarm_panel.app.fence.choose import detect
+from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence
+from swarm_panel.app.harness.launcher import SHELL_LOCKED, UNCONFINED, Launcher
 from swarm_panel.app.workspace.changes import changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
@@ -20,8 +21,14 @@ from tests.app.workspace.stand_in import report, stand_in_kind, task
 
 URL = "http://127.0.0.1:9"  # the stand-in sends no request
 
-FENCE = detect()
-needs_fence = pytest.mark.skipif(not FENCE.available, reason=FENCE.reason or "no fence")
+FENCES = {kind: detect(kind) for kind in (BWRAP, LANDLOCK)}
+# What a write the fence refuses says: bubblewrap's mounts are read-only, Landlock denies the access.
+REFUSED = {BWRAP: "Read-only file system", LANDLOCK: "Permission denied"}
+
+
+def each_fence():
+    return [pytest.param(fence, id=kind, marks=pytest.mark.skipif(not fence.available, reason=fence.reason))
+            for kind, fence in FENCES.items()]
 
 
 def sh(cwd: Path, *args: str) -> str:
@@ -63,9 +70,9 @@ def launch(launcher: Launcher, kind, folder: Path, what: str, n: int = 1):
     return asyncio.run(scenario())
 
 
-@needs_fence
-def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path):
-    print(f"fence: {FENCE.describe()}")
+@pytest.mark.parametrize("fence", each_fence())
+def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path, fence):
+    print(f"fence: {fence.describe()}")
     kind = stand_in_kind(tmp_path)
     before = snapshot(repo)
     marker = uuid.uuid4().hex
@@ -73,20 +80,25 @@ def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path):
     tmp_file = Path("/tmp") / f"swarm-panel-fence-test-{marker}"
     outside = [str(repo / "story.txt"), str(repo / "new-in-user-tree.txt"), str(home_file), str(tmp_file),
                "/etc/swarm-panel-fence-test"]
-    launcher = Launcher(state_dir=tmp_path / "state", fence=FENCE)
+    launcher = Launcher(state_dir=tmp_path / "state", fence=fence)
     [run] = launch(launcher, kind, repo, task(write={"story.txt": "first line\nagent's line\nlast line\n",
                                                       "added.txt": "new\n"}, delete=["old.txt"], outside=outside))
     assert run.completed, run.stderr.text
-    assert run.confinement == FENCED
+    assert run.confinement == fence.kind
     said = report(run)
     assert said["argv"][-2] == "--yolo"  # fenced, its shell is unlocked (the task follows)
-    # The user's tree, /etc: read-only. HOME and /tmp: the fence's own throwaway tmpfs, never the host's.
-    assert said["outside"][str(repo / "story.txt")] == "Read-only file system"
-    assert said["outside"][str(repo / "new-in-user-tree.txt")] == "Read-only file system"
-    assert said["outside"]["/etc/swarm-panel-fence-test"] == "Read-only file system"
+    # The user's tree, /etc: refused. HOME and /tmp: bubblewrap's own throwaway tmpfs, refused by Landlock.
+    refused = REFUSED[fence.kind]
+    assert said["outside"][str(repo / "story.txt")] == refused
+    assert said["outside"][str(repo / "new-in-user-tree.txt")] == refused
+    assert said["outside"]["/etc/swarm-panel-fence-test"] == refused
+    if fence.kind == LANDLOCK:
+        assert said["outside"][str(home_file)] == refused and said["outside"][str(tmp_file)] == refused
+        assert said["tmp"] == "wrote" and said["cwd"] == run.workspace.folder
+    else:
+        assert said["cwd"].startswith("/tmp/swarm-panel-stand-in-work-")  # its slot's path, every session
     assert not home_file.exists() and not tmp_file.exists()
     assert snapshot(repo) == before
-    assert said["cwd"].startswith("/tmp/swarm-panel-stand-in-work-")  # its slot's path, the same every session
 
     ws = run.workspace
     assert ws.branch == "swarm-panel/stand-in-1" and Path(ws.folder) == ws.tree
@@ -279,9 +291,9 @@ def test_apply_onto_a_branch_that_moved_on_makes_a_merge_commit(repo, tmp_path):
     assert (repo / "old.txt").read_text() == "the user's own commit meanwhile\n"
 
 
-@needs_fence
+@pytest.mark.skipif(not FENCES[BWRAP].available, reason=FENCES[BWRAP].reason)
 def test_a_recipe_reads_the_real_worktree_while_the_harness_sees_the_fences_path(repo, tmp_path):
-    [run] = launch(Launcher(state_dir=tmp_path / "state", fence=FENCE), stand_in_kind(tmp_path, "aider"), repo,
+    [run] = launch(Launcher(state_dir=tmp_path / "state", fence=FENCES[BWRAP]), stand_in_kind(tmp_path, "aider"), repo,
                    task(write={"story.txt": "aider's\n"}))
     assert run.completed, run.error or run.stderr.text
     said = report(run)

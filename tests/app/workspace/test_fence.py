@@ -1,11 +1,19 @@
-"""The bubblewrap command line: its mounts in order, what it re-exposes from the hidden home and /tmp, and the
-same command, unchanged, where there is no fence."""
+"""The fences' command lines: bubblewrap's mounts in order, Landlock's grants, what both re-expose from the hidden
+home and /tmp, the same command unchanged where there is no fence; and the Landlock ruleset applied for real."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from swarm_panel.app.fence.bwrap import BWRAP, NONE, Fence, Walls, detect, wrap
+import pytest
+
+from swarm_panel.app.fence import landlock, landlock_exec
+from swarm_panel.app.fence.choose import detect, wrap
+from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence, Walls
 
 
 def pairs(argv: list[str], option: str) -> list[tuple[str, str]]:
@@ -49,7 +57,126 @@ def test_without_a_fence_the_command_is_unchanged(tmp_path):
 
 
 def test_a_missing_bwrap_is_named_with_how_to_install_it():
-    fence = detect("swarm-panel-no-such-bwrap")
+    fence = detect(BWRAP, bwrap_executable="swarm-panel-no-such-bwrap")
     assert not fence.available and "not installed" in fence.reason and "apt-get install bubblewrap" in fence.reason
     assert fence.describe().startswith("no fence: ")
+    with pytest.raises(ValueError, match="auto, bubblewrap, landlock"):
+        detect("firejail")
 
+
+def test_without_bwrap_auto_falls_to_landlock_or_names_both_reasons(monkeypatch):
+    from swarm_panel.app.fence import bwrap
+
+    monkeypatch.setattr(bwrap, "probe", lambda executable=None: (None, "bubblewrap (bwrap) is not installed"))
+    fence = detect()
+    if landlock.probe():
+        assert fence.kind == NONE and "bubblewrap" in fence.reason and landlock.probe() in fence.reason
+    else:
+        assert fence.kind == LANDLOCK and "Landlock" in fence.describe()
+
+
+def test_landlock_grants_reading_beside_the_hidden_folders_and_writing_only_the_walls(tmp_path):
+    home = tmp_path / "home"
+    (home / ".venvs" / "agent" / "bin").mkdir(parents=True)
+    program = home / ".venvs" / "agent" / "bin" / "agent"
+    program.write_text("#!/bin/sh\n")
+    (home / "secrets").mkdir()
+    tree, config = home / ".local" / "tree", tmp_path / "state" / "swarm-panel-agent-home-1"
+    walls = Walls(((tree, tree), (config, config)), tmp=config / "tmp")
+    argv = wrap(Fence(LANDLOCK), [str(program), "run"], walls, tree, home=home)
+    assert argv[:3] == landlock.exec_prefix() and argv[-3:] == ["--", str(program), "run"]
+    reads = [argv[i + 1] for i, word in enumerate(argv) if word == "--read"]
+    writes = [argv[i + 1] for i, word in enumerate(argv) if word == "--write"]
+    assert writes == [str(tree), str(config)]
+    assert argv[argv.index("--tmp") + 1] == str(config / "tmp") and argv[argv.index("--chdir") + 1] == str(tree)
+    # Beneath the hidden home only its install folder; beside them, all.
+    assert str(home / ".venvs") in reads and "/usr" in reads and "/" not in reads and "/tmp" not in reads
+    assert not any(path in (str(home), str(home / "secrets")) for path in reads)
+
+
+def test_landlock_reads_beside_each_hidden_folder_and_beside_each_folder_above_it():
+    roots = landlock.visible_roots([Path("/usr/share"), Path("/tmp")])
+    assert Path("/usr/bin") in roots and Path("/usr/lib") in roots and Path("/etc") in roots
+    assert not {Path("/"), Path("/usr"), Path("/usr/share"), Path("/tmp")} & set(roots)
+
+
+needs_landlock = pytest.mark.skipif(bool(landlock.probe()), reason=landlock.probe() or "Landlock works")
+
+
+@needs_landlock
+def test_under_landlock_a_program_writes_only_its_walls_and_reads_nothing_hidden(tmp_path):
+    """The ruleset applied for real: the program it becomes is refused what the walls do not grant."""
+    home, tree, tmp = tmp_path / "home", tmp_path / "tree", tmp_path / "scratch"
+    for folder in (home, tree, tmp):
+        folder.mkdir()
+    (home / "key").write_text("secret")
+    probe_script = (
+        "import os, sys\n"
+        "def attempt(what, action):\n"
+        "    try:\n"
+        "        action()\n"
+        "        print(what, 'ok')\n"
+        "    except OSError as exc:\n"
+        "        print(what, exc.strerror)\n"
+        f"attempt('tree', lambda: open({str(tree / 'made')!r}, 'w').write('x'))\n"
+        "attempt('tmpdir', lambda: open(os.path.join(os.environ['TMPDIR'], 'made'), 'w').write('x'))\n"
+        f"attempt('home-read', lambda: open({str(home / 'key')!r}).read())\n"
+        f"attempt('home-write', lambda: open({str(home / 'made')!r}, 'w').write('x'))\n"
+        "attempt('etc', lambda: open('/etc/swarm-panel-landlock-test', 'w').write('x'))\n"
+        "attempt('null', lambda: open('/dev/null', 'w').write('x'))\n"
+        "attempt('usr-read', lambda: open('/etc/hostname').read())\n"
+    )
+    walls = Walls(((tree, tree),), tmp=tmp)
+    argv = wrap(Fence(LANDLOCK), ["python3", "-c", probe_script], walls, tree, home=home)
+    # The grants as the launcher gives them, but the test's own tmp_path (under /tmp) left readable for python3.
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert said["tree"] == "ok" and said["tmpdir"] == "ok" and said["null"] == "ok"
+    assert said["home-read"] == "Permission denied" and said["home-write"] == "Permission denied"
+    assert said["etc"] == "Permission denied"
+    assert not (home / "made").exists() and (tree / "made").read_text() == "x"
+
+
+@needs_landlock
+def test_a_ruleset_that_cannot_be_applied_runs_nothing(monkeypatch, capsys):
+    """Whatever stops the ruleset, the program is never run unfenced."""
+    def refuse(reads, writes):
+        raise OSError("the kernel said no")
+
+    ran = []
+    monkeypatch.setattr(landlock_exec, "fence", refuse)
+    monkeypatch.setattr(os, "execvpe", lambda *args: ran.append(args))
+    assert landlock_exec.main(["--write", "/tmp", "--", "true"]) == landlock_exec.CANNOT_FENCE
+    assert ran == [] and "could not be applied: the kernel said no" in capsys.readouterr().err
+
+
+
+@needs_landlock
+def test_under_landlock_the_harness_ends_with_whoever_launched_it(tmp_path):
+    """As bubblewrap's --die-with-parent: a launcher that dies takes its fenced harness with it."""
+    launcher = (
+        "import subprocess\n"
+        "from pathlib import Path\n"
+        "from swarm_panel.app.fence.choose import wrap\n"
+        "from swarm_panel.app.fence.walls import LANDLOCK, Fence, Walls\n"
+        f"folder = Path({str(tmp_path)!r})\n"
+        "argv = wrap(Fence(LANDLOCK), ['sleep', '600'], Walls(((folder, folder),)), folder, home=folder / 'home')\n"
+        "p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid, flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60, check=True)
+    pid = int(done.stdout)
+    deadline = time.monotonic() + 60
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper that may never come in a container."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status

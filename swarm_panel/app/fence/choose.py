@@ -1,0 +1,41 @@
+"""Which fence runs launches here, and the command line it puts around a harness.
+
+Bubblewrap first: its mounts hide the home and /tmp outright and give the harness a /tmp of its own. Landlock
+where bubblewrap cannot run. None, with each probe's reason, where neither works.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from swarm_panel.app.fence import bwrap, landlock
+from swarm_panel.app.fence.walls import BWRAP, INSTALL_HINT, LANDLOCK, NONE, Fence, Walls
+
+CHOICES = ("auto", BWRAP, LANDLOCK)
+
+
+def detect(prefer: str = "auto", *, bwrap_executable: str | None = None) -> Fence:
+    """The fence `prefer` names (auto: bubblewrap, else Landlock) if it works here, else none with why."""
+    if prefer not in CHOICES:
+        raise ValueError(f"the fence must be one of {', '.join(CHOICES)}, not {prefer!r}")
+    reasons = []
+    if prefer in ("auto", BWRAP):
+        path, why = bwrap.probe(bwrap_executable)
+        if path is not None:
+            return Fence(BWRAP, path)
+        reasons.append(why)
+    if prefer in ("auto", LANDLOCK):
+        why = landlock.probe()
+        if not why:
+            return Fence(LANDLOCK)
+        reasons.append(why)
+    return Fence(NONE, reason=f"{'; '.join(reasons)}; {INSTALL_HINT}")
+
+
+def wrap(fence: Fence, argv: list[str], walls: Walls, cwd: Path, *, home: Path | None = None) -> list[str]:
+    """`argv` run in `cwd` inside the fence (unchanged without one). `home`: the user's own home, to hide."""
+    if fence.kind == BWRAP:
+        return bwrap.command(fence.executable or "bwrap", argv, walls, cwd, home)
+    if fence.kind == LANDLOCK:
+        return landlock.command(argv, walls, cwd, home)
+    return list(argv)
