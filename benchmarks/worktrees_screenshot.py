@@ -1,6 +1,6 @@
-"""Draws assets/screenshot-worktrees.png: four agents launched from the panel's Coding agents tab on one git
-repository, each in its own worktree inside the fence, editing the same line; the first applied, the second
-refused with the conflicting files named.
+"""Draws assets/screenshot-worktrees.png: four agents launched from the panel's Coding agents dock on one git
+repository, each in its own worktree inside the fence, editing the same line; in the Review dock below, the
+first applied, the second refused with the conflicting files named.
 
 The agents are the tests' scripted stand-in harness (tests/app/workspace/stand_in.py), launched through the
 same launcher and fence as the real ones: a 135M model does not edit one line on cue. Offscreen, no engine
@@ -68,8 +68,13 @@ def main() -> int:
         kind = stand_in_kind(folder)
         launcher = Launcher(state_dir=folder / "state")
         panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)
-        panel.resize(1300, 1080)
-        panel.show()
+        # The Coding agents dock above the Review dock, as two docks stacked in one column.
+        shown = QtWidgets.QWidget()
+        column = QtWidgets.QVBoxLayout(shown)
+        column.addWidget(panel, 1)
+        column.addWidget(panel.worktrees, 1)
+        shown.resize(1300, 1080)
+        shown.show()
         panel.folder.setText(str(repo))
         panel.task.setText(task(write={"story.txt": "Once upon a time\n{name} rewrote this line.\nThe end.\n",
                                        "notes.md": "# what {name} did\n"}))
@@ -102,7 +107,7 @@ def main() -> int:
         panel.worktrees.poll()
         settle(app, panel)
         settle(app, panel)  # the selected agent's diff
-        panel.grab().save(args.path)
+        shown.grab().save(args.path)
         print(f"user's story.txt before Apply: {before!r}")
         print(f"first Apply: {first}")
         print(f"second Apply: {second}")

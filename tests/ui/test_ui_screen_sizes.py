@@ -152,3 +152,39 @@ def test_a_rearranged_layout_comes_back_on_its_screen(qtbot, no_user_config, tmp
     finally:
         window.close()
         service.stop()
+
+
+def test_on_a_laptop_screen_the_review_is_a_dock_of_its_own_and_counts_the_kept_worktrees(
+        qtbot, no_user_config, tmp_path):  # noqa: F811
+    """Beside the Coding agents tab, not below its launch form: at 1366x768 raising it shows the table's rows,
+    the diff and Apply, none squeezed below its minimum."""
+    import subprocess
+
+    from swarm_panel.app.workspace.create import create
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "u@example.com"],
+                 ["config", "user.name", "U"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "story.txt").write_text("one\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
+    for name in ("codex-1", "codex-2"):
+        create(repo, name)
+    window, service = open_window(qtbot, tmp_path / "panel.ini", "1366x768")
+    try:
+        review = window.docks["review"]
+        assert review in window.tabifiedDockWidgets(window.docks["coding"])
+        qtbot.waitUntil(lambda: review.windowTitle() == "Review (2)", timeout=10_000)
+        review.raise_()
+        worktrees = window.harness.worktrees
+        qtbot.waitUntil(lambda: worktrees.isVisible() and worktrees.table.rowCount() == 2, timeout=5000)
+        assert review.widget() is worktrees  # no scroll area around it: its table and diff scroll themselves
+        assert worktrees.height() >= worktrees.minimumSizeHint().height()
+        table = worktrees.table
+        assert table.viewport().height() >= 2 * table.rowHeight(0)
+        assert worktrees.apply_button.isVisible() and worktrees.diff.height() >= 3 * worktrees.fontMetrics().height()
+    finally:
+        window.close()
+        service.stop()

@@ -62,6 +62,9 @@ class DiffHighlighter(QtGui.QSyntaxHighlighter):
 class AgentWorktrees(QtWidgets.QGroupBox):
     """The worktrees table, the selected agent's diff, and Apply / Discard / Discard all."""
 
+    # How many workspaces are kept, after each survey: the Review dock's title says it.
+    counted = QtCore.Signal(int)
+
     def __init__(self, root: Path | None = None, fence: Callable[[], Fence] | None = None,
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Agents' worktrees: review, then apply or discard", parent)
@@ -108,7 +111,7 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         self.message.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
 
         buttons = QtWidgets.QHBoxLayout()
-        buttons.addWidget(self.message, 1)
+        buttons.addStretch(1)
         for button in (self.apply_button, self.discard_button, self.discard_all_button):
             buttons.addWidget(button)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
@@ -120,6 +123,7 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         layout.addWidget(self.fence_label)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
+        layout.addWidget(self.message)  # its own line: a refusal names files, the dock may be narrow
 
         self.show_fence()
         self.timer = QtCore.QTimer(self)
@@ -212,6 +216,7 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         self.discard_all_button.setEnabled(bool(rows))
         if chosen is not None:
             self.show_diff()
+        self.counted.emit(len(rows))
 
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()

@@ -1,8 +1,9 @@
 """Real coding agents from the panel: each harness installed or how to install it, a folder, a task and a
 count to start, and the launched agents with their turns, polled once a second (app.harness.launcher
 runs them on the app's asyncio loop). They are served as named agents, so the agents table lists them too.
-Each works in its own worktree inside the fence; their changes are reviewed and landed below
-(ui.panels.agent_worktrees). Without a fence, the Unconfined box is the opt-in that gives them a shell.
+Each works in its own worktree inside the fence; their changes are reviewed and landed in `worktrees`
+(ui.panels.agent_worktrees), which the window shows as a dock of its own, Review, beside this one.
+Without a fence, the Unconfined box is the opt-in that gives them a shell.
 """
 
 from __future__ import annotations
@@ -165,7 +166,6 @@ class HarnessPanel(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(launch_box)
         layout.addWidget(agents_box, 1)
-        layout.addWidget(self.worktrees, 2)
 
     # -- harnesses -----------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class HarnessPanel(QtWidgets.QWidget):
     def _started(self, runs: list[HarnessRun]) -> None:
         names = ", ".join(run.name for run in runs)
         self.message.setText(f"Started {names} ({runs[0].confinement if runs else '-'}), each in its own "
-                             "worktree: they are served as agents of those names.")
+                             "worktree: they are served as agents of those names; Review shows their changes.")
         self.refresh()
         self.worktrees.poll()
 

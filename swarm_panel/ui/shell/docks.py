@@ -1,7 +1,7 @@
 """The side panels as docks the user can close, float, reorder and tab, and their first arrangement.
 
-Every box but the agents (whose table scrolls by itself) sits in a scroll area, so a box taller than
-its dock scrolls instead of drawing its widgets over each other. The docks' object names key their
+Every box but the agents and the review (whose tables and diff scroll by themselves) sits in a scroll
+area, so a box taller than its dock scrolls instead of drawing its widgets over each other. The docks' object names key their
 place in QMainWindow.saveState, so they must not change.
 """
 
@@ -53,15 +53,16 @@ DOCKS = (
     DockSpec("cache", "Prefix cache", RIGHT),
     DockSpec("endpoint", "Endpoint", RIGHT),
     DockSpec("coding", "Coding agents", RIGHT),
+    DockSpec("review", "Review", RIGHT, scrolls=False),
     DockSpec("agents", "Agents", RIGHT, scrolls=False),
 )
 # Stacked one above the other on a roomy screen: lists of docks tabbed together, top to bottom, the first raised.
 ROOMY = {LEFT: (("knobs",), ("launcher",), ("ab",)),
-         RIGHT: (("engine",), ("agents", "endpoint", "cache", "coding"))}
+         RIGHT: (("engine",), ("agents", "endpoint", "cache", "coding", "review"))}
 # On a small one every box is a tab in one column, so the plots get the width of two: the engine (its
 # start-up stages, then what it loaded) and the agents raised, the launcher and the knobs a click away
 # (the policy switch stays in the header).
-SMALL = {RIGHT: (("engine", "launcher", "knobs", "ab"), ("agents", "endpoint", "cache", "coding"))}
+SMALL = {RIGHT: (("engine", "launcher", "knobs", "ab"), ("agents", "endpoint", "cache", "coding", "review"))}
 
 
 def make_docks(window: QtWidgets.QMainWindow, boxes: dict[str, QtWidgets.QWidget]) -> dict[str, QtWidgets.QDockWidget]:

@@ -48,7 +48,7 @@ KNOBS_IN_FLEET = "Off while the fleet serves: every backend runs its own schedul
 SCREEN_SHARE = 0.88
 MIN_SHARE_SIZE = (1680, 1000)
 # saveState's version: a layout kept by a build with other docks is not restored into this one.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 
 
 class KpiStrip(QtWidgets.QWidget):
@@ -202,7 +202,10 @@ class MainWindow(QtWidgets.QMainWindow):
                             | QtWidgets.QMainWindow.DockOption.AllowNestedDocks)
         self.docks = make_docks(self, {"knobs": self.controls, "launcher": self.launcher, "ab": self.ab,
                                        "engine": self.engine_panel, "cache": self.cache_panel,
-                                       "endpoint": self.endpoint, "coding": self.harness, "agents": self.agents})
+                                       "endpoint": self.endpoint, "coding": self.harness,
+                                       "review": self.harness.worktrees, "agents": self.agents})
+        self.harness.worktrees.counted.connect(
+            lambda kept: self.docks["review"].setWindowTitle(f"Review ({kept})" if kept else "Review"))
 
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&File")
