@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,28 +23,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the stand-in lives with the tests
 
-from PySide6 import QtWidgets  # noqa: E402
+from PySide6 import QtWidgets
 
-from swarm_panel.app.harness.launcher import Launcher  # noqa: E402
-from swarm_panel.ui.panels.harness_panel import HarnessPanel  # noqa: E402
-from swarm_panel.ui.toolkit import theme  # noqa: E402
-from tests.app.workspace.stand_in import stand_in_kind, task  # noqa: E402
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_repository(folder: Path) -> Path:
-    repo = folder / "project"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "you@example.com")
-    git(repo, "config", "user.name", "You")
-    (repo / "story.txt").write_text("Once upon a time\nthere was a swarm.\nThe end.\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "start")
-    return repo
+from swarm_panel.app.harness.launcher import Launcher
+from swarm_panel.ui.panels.harness_panel import HarnessPanel
+from swarm_panel.ui.toolkit import theme
+from tests.app.workspace.git_repo import make_repo
+from tests.app.workspace.stand_in import stand_in_kind, task
 
 
 def settle(app: QtWidgets.QApplication, panel: HarnessPanel) -> None:
@@ -64,7 +48,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="worktrees-screenshot-") as scratch:
         folder = Path(scratch)
         os.environ["SWARM_PANEL_WORKTREES"] = str(folder / "worktrees")
-        repo = make_repository(folder)
+        repo = make_repo(folder / "project", {"story.txt": "Once upon a time\nthere was a swarm.\nThe end.\n"})
         kind = stand_in_kind(folder)
         launcher = Launcher(state_dir=folder / "state")
         panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)

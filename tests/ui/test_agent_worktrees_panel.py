@@ -4,29 +4,17 @@ the first Apply lands and the second is refused naming the file; Discard all lea
 
 from __future__ import annotations
 
-import subprocess
-
 from swarm_panel.app.harness.launcher import Launcher
 from swarm_panel.app.workspace.records import all_workspaces
+from tests.app.workspace.git_repo import make_repo, sh
 from tests.app.workspace.stand_in import stand_in_kind, task
 from tests.ui.test_harness_panel import on_loop, until
-
-
-def sh(cwd, *args):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def test_four_agents_reviewed_one_applied_one_refused(qtbot, qapp, tmp_path):
     from swarm_panel.ui.panels.harness_panel import HarnessPanel
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    sh(repo, "init", "-q", "-b", "main")
-    sh(repo, "config", "user.email", "user@example.com")
-    sh(repo, "config", "user.name", "User")
-    (repo / "story.txt").write_text("one\ntwo\nthree\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "start")
+    repo = make_repo(tmp_path / "repo", {"story.txt": "one\ntwo\nthree\n"})
     kind = stand_in_kind(tmp_path)
     launcher = Launcher(state_dir=tmp_path / "state")
     panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)

@@ -158,18 +158,10 @@ def test_on_a_laptop_screen_the_review_is_a_dock_of_its_own_and_counts_the_kept_
         qtbot, no_user_config, tmp_path):  # noqa: F811
     """Beside the Coding agents tab, not below its launch form: at 1366x768 raising it shows the table's rows,
     the diff and Apply, none squeezed below its minimum."""
-    import subprocess
-
     from swarm_panel.app.workspace.create import create
+    from tests.app.workspace.git_repo import make_repo
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "u@example.com"],
-                 ["config", "user.name", "U"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    (repo / "story.txt").write_text("one\n")
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
+    repo = make_repo(tmp_path / "repo", {"story.txt": "one\n"})
     for name in ("codex-1", "codex-2"):
         create(repo, name)
     window, service = open_window(qtbot, tmp_path / "panel.ini", "1366x768")

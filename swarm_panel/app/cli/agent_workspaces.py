@@ -39,17 +39,9 @@ def print_workspaces() -> None:
     print(f"\nfence: {fence.describe()}")
     print(f"agent workspaces kept in {default_root()}: {len(kept) or 'none'}")
     for ws in kept:
-        print(f"{ws.name:<16} {_state(ws):<12} {_changes(ws):<22} {ws.branch} from {ws.target}"
+        print(f"{ws.name:<16} {ws.state():<12} {_changes(ws):<22} {ws.branch} from {ws.target}"
               f"{' (a copy)' if ws.mode == COPY else ''}")
         print(f"{'':<16} {ws.folder}")
-
-
-def _state(ws: Workspace) -> str:
-    if ws.running():
-        return "running"
-    if ws.applied:
-        return "applied"
-    return "kept" if ws.tree.is_dir() else "tree missing"
 
 
 def _changes(ws: Workspace) -> str:

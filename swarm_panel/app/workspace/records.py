@@ -60,6 +60,14 @@ class Workspace:
         """Its harness is alive: the pid exists and started when the recorded one did."""
         return self.pid is not None and process_start(self.pid) == self.pid_started
 
+    def state(self) -> str:
+        """What `agents list` and the panel say of it: running, applied, kept, or tree missing."""
+        if self.running():
+            return "running"
+        if self.applied:
+            return "applied"
+        return "kept" if self.tree.is_dir() else "tree missing"
+
 
 def process_start(pid: int) -> str | None:
     """A process's start time as /proc says (field 22), '' where there is no /proc, None if it is gone."""

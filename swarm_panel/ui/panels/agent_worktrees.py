@@ -18,6 +18,7 @@ from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
 from swarm_panel.app.workspace.records import COPY, Workspace, all_workspaces
 from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.toolkit.table_rows import set_row
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +29,6 @@ HEADER_TIPS = {"files": "files changed against the commit it started from, commi
 STATE_COLOURS = {"running": theme.USEFUL, "applied": theme.MINT, "tree missing": theme.QUEUE}
 
 
-def _state(ws: Workspace) -> str:
-    if ws.running():
-        return "running"
-    if ws.applied:
-        return "applied"
-    return "kept" if ws.tree.is_dir() else "tree missing"
-
-
 def _survey(root: Path | None) -> list[tuple[Workspace, str, Changes | None]]:
     """Every kept workspace with its state and changes (None where they cannot be read); a worker's job."""
     rows = []
@@ -44,7 +37,7 @@ def _survey(root: Path | None) -> list[tuple[Workspace, str, Changes | None]]:
             found = changes(ws)
         except WorkspaceError:
             found = None
-        rows.append((ws, _state(ws), found))
+        rows.append((ws, ws.state(), found))
     return rows
 
 
@@ -197,13 +190,7 @@ class AgentWorktrees(QtWidgets.QGroupBox):
             tip = ws.folder if found is None else "\n".join(
                 f"{c.status} {c.path} +{c.added if c.added is not None else '?'} "
                 f"−{c.removed if c.removed is not None else '?'}" for c in found.files) or "no changes"
-            for column, value in enumerate(values):
-                item = self.table.item(row, column)
-                if item is None:
-                    item = QtWidgets.QTableWidgetItem()
-                    self.table.setItem(row, column, item)
-                item.setText(value)
-                item.setToolTip(tip)
+            set_row(self.table, row, values, tip)
             if state in STATE_COLOURS:
                 self.table.item(row, 1).setForeground(QtGui.QBrush(QtGui.QColor(STATE_COLOURS[state])))
             else:

@@ -23,6 +23,7 @@ from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.ui.panels.agent_worktrees import AgentWorktrees
 from swarm_panel.ui.toolkit import theme
+from swarm_panel.ui.toolkit.table_rows import set_row
 
 log = logging.getLogger(__name__)
 
@@ -280,13 +281,7 @@ class HarnessPanel(QtWidgets.QWidget):
                       f"{turns[-1].computed_tokens:,}" if turns else "–",
                       "–" if run.exit_code is None else str(run.exit_code))
             tip = run.error or run.answer() or " ".join(run.stderr.text.split())[-300:]
-            for column, value in enumerate(values):
-                item = self.table.item(row, column)
-                if item is None:
-                    item = QtWidgets.QTableWidgetItem()
-                    self.table.setItem(row, column, item)
-                item.setText(value)
-                item.setToolTip(tip)
+            set_row(self.table, row, values, tip)
             self.table.item(row, 2).setForeground(QtGui.QBrush(QtGui.QColor(STATUS_COLOURS.get(run.status, theme.TEXT))))
         self.stop_all_button.setEnabled(any(not run.finished for run in runs))
 

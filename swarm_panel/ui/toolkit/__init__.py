@@ -1,3 +1,3 @@
 """What every Qt room shares: the theme, the window's settings store, garbage collection on the GUI
-thread. Imports no other ui room.
+thread, a table row written in place. Imports no other ui room.
 """

@@ -4,27 +4,16 @@ a later process (the panel or the server having gone) reads them."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 
 from swarm_panel.app.cli.main import main
 from swarm_panel.app.harness.launcher import Launcher
 from swarm_panel.app.workspace.records import all_workspaces
+from tests.app.workspace.git_repo import make_repo, sh
 from tests.app.workspace.stand_in import stand_in_kind, task
 
 
-def sh(cwd, *args):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def test_review_then_land_from_the_command_line(tmp_path, capsys):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    sh(repo, "init", "-q", "-b", "main")
-    sh(repo, "config", "user.email", "user@example.com")
-    sh(repo, "config", "user.name", "User")
-    (repo / "story.txt").write_text("one\ntwo\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "start")
+    repo = make_repo(tmp_path / "repo", {"story.txt": "one\ntwo\n"})
 
     async def launch():
         launcher = Launcher(state_dir=tmp_path / "state")

@@ -4,7 +4,6 @@ launched through the real launcher against a real git repository."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from swarm_panel.app.workspace.changes import changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
 from swarm_panel.app.workspace.records import all_workspaces
+from tests.app.workspace.git_repo import make_repo, sh
 from tests.app.workspace.stand_in import report, stand_in_kind, task
 
 URL = "http://127.0.0.1:9"  # the stand-in sends no request
@@ -31,24 +31,11 @@ def each_fence():
             for kind, fence in FENCES.items()]
 
 
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    work = tmp_path / "repo"
-    work.mkdir()
-    sh(work, "init", "-q", "-b", "main")
-    sh(work, "config", "user.email", "user@example.com")
-    sh(work, "config", "user.name", "User")
-    (work / "story.txt").write_text("first line\nthe line agents fight over\nlast line\n")
-    (work / "old.txt").write_text("to be deleted\n")
-    (work / "ignored.log").write_text("ignored\n")
-    (work / ".gitignore").write_text("*.log\n")
-    sh(work, "add", "-A")
-    sh(work, "commit", "-qm", "start")
-    return work
+    return make_repo(tmp_path / "repo", {"story.txt": "first line\nthe line agents fight over\nlast line\n",
+                                         "old.txt": "to be deleted\n", "ignored.log": "ignored\n",
+                                         ".gitignore": "*.log\n"})
 
 
 def branches(repo: Path) -> list[str]:
