@@ -1,0 +1,245 @@
+"""The window's life on the desktop: the tray icon, the notifications, the question a close asks while work runs,
+and the window raised for a second launch. It polls the window once a second; the window knows none of it beyond
+the close guard it is handed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from swarm_panel.app.harness.launcher import EXITED, HarnessRun
+from swarm_panel.app.workspace.changes import Changes, changes
+from swarm_panel.app.workspace.git import WorkspaceError
+from swarm_panel.runtime.policies.registry import POLICIES
+from swarm_panel.ui.desktop import agent_outcomes, entry, tray
+from swarm_panel.ui.desktop.close_dialog import CANCEL, QUIT, TRAY, Ask, ask_in_dialog, decide
+from swarm_panel.ui.desktop.engine_state import EngineWatch, read
+from swarm_panel.ui.desktop.notices import KINDS, Notifier, open_session_bus
+from swarm_panel.ui.desktop.running_work import RunningWork
+from swarm_panel.ui.desktop.single_instance import Instance
+from swarm_panel.ui.shell.main_window import MainWindow
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 1000
+ON_CLOSE = {None: "Ask", TRAY: "Keep serving in the tray", QUIT: "Stop everything and quit"}
+
+
+class DesktopLife(QtCore.QObject):
+    _read = QtCore.Signal(object)  # from the worker thread: (run, its changes or None)
+
+    def __init__(self, window: MainWindow, instance: Instance | None = None, *, with_tray: bool | None = None,
+                 notifier: Notifier | None = None) -> None:
+        """with_tray: None shows a tray icon where the desktop has a tray; notifier: None speaks to the session bus."""
+        super().__init__(window)
+        self.window = window
+        self.store = window.store
+        self.ask: Ask = ask_in_dialog(window)
+        self.tray = tray.PanelTray({name: p.label for name, p in POLICIES.items()}, self) \
+            if (tray.available() if with_tray is None else with_tray) else None
+        self.notifier = notifier or Notifier(self.focused, self.tray.icon if self.tray else None, open_session_bus(),
+                                             self)
+        self.notifier.off = set(self._remembered("notify_off", []))
+        self.notifier.clicked.connect(self.open)
+        self.engine = EngineWatch()
+        self.ends = agent_outcomes.Ends()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-ends")
+        self._read.connect(self._changes_read)
+        self._told_hidden = False
+        self.quitting = False
+        window.close_guard = self.may_close
+        hub = window.engine_panel.hub
+        hub.downloaded.connect(lambda path: self.notifier.notify("download", "Model downloaded", f"{path} is ready "
+                                                                 "to load."))
+        hub.failed.connect(lambda name, why: self.notifier.notify("download", "Model download failed", f"{name}: {why}"))
+        if instance is not None:
+            instance.answer = lambda: window.url or ""
+            instance.raise_requested.connect(self.show_window)
+        if self.tray is not None:
+            self.tray.show_requested.connect(self.show_window)
+            self.tray.policy_chosen.connect(self.switch_policy)
+            self.tray.pause_toggled.connect(self.pause)
+            self.tray.quit_requested.connect(window.quit)
+            self.tray.show()
+        self._build_menu()
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        self.timer.start()
+        self.poll()
+
+    def _remembered(self, key: str, default):
+        return self.store.get(key, default) if self.store is not None else default
+
+    def _remember(self, key: str, value) -> None:
+        if self.store is not None:
+            self.store.set(key, value)
+
+    # -- the Desktop menu ------------------------------------------------------------------------
+
+    def _build_menu(self) -> None:
+        menu = self.window.menuBar().addMenu("&Desktop")
+        menu.addSection("Notify when")
+        self.notify_actions: dict[str, QtGui.QAction] = {}
+        for kind, text in KINDS.items():
+            action = menu.addAction(text.lower().capitalize())
+            action.setCheckable(True)
+            action.setChecked(kind not in self.notifier.off)
+            action.toggled.connect(lambda on, kind=kind: self.set_notify(kind, on))
+            self.notify_actions[kind] = action
+        menu.addSection("When closing with work running")
+        group = QtGui.QActionGroup(menu)
+        self.on_close_actions: dict[str | None, QtGui.QAction] = {}
+        for answer, text in ON_CLOSE.items():
+            action = menu.addAction(text)
+            action.setCheckable(True)
+            action.setEnabled(answer != TRAY or self.tray is not None)
+            group.addAction(action)
+            action.triggered.connect(lambda _=False, answer=answer: self._remember("on_close", answer))
+            self.on_close_actions[answer] = action
+        self._show_on_close()
+        menu.addSeparator()
+        self.autostart_action = menu.addAction("Start at login")
+        self.autostart_action.setCheckable(True)
+        self.autostart_action.setChecked(entry.autostart_installed())
+        self.autostart_action.toggled.connect(self.set_autostart)
+
+    def _show_on_close(self) -> None:
+        remembered = self._remembered("on_close", None)
+        self.on_close_actions.get(remembered, self.on_close_actions[None]).setChecked(True)
+
+    def set_notify(self, kind: str, on: bool) -> None:
+        (self.notifier.off.discard if on else self.notifier.off.add)(kind)
+        self._remember("notify_off", sorted(self.notifier.off))
+
+    def set_autostart(self, on: bool) -> None:
+        try:
+            where = entry.set_autostart(on)
+        except OSError as exc:
+            self.window.statusBar().showMessage(f"Start at login not changed: {exc}", 8000)
+            return
+        self.window.statusBar().showMessage(f"{'Wrote' if on else 'Removed'} {where}", 8000)
+
+    # -- the window ------------------------------------------------------------------------------
+
+    def focused(self) -> bool:
+        window = self.window
+        return window.isVisible() and not window.isMinimized() and window.isActiveWindow()
+
+    def show_window(self) -> None:
+        window = self.window
+        window.show()
+        window.setWindowState(window.windowState() & ~QtCore.Qt.WindowState.WindowMinimized)
+        window.raise_()
+        window.activateWindow()
+
+    def open(self, key: str) -> None:
+        """A notification clicked: the window, and the dock it is about with its agent selected."""
+        self.show_window()
+        where, _, name = key.partition(":")
+        if where == agent_outcomes.REVIEW:
+            self.window.raise_dock("review")
+            self.window.harness.worktrees.select(name)
+        elif where == agent_outcomes.CODING:
+            self.window.raise_dock("coding")
+            self.window.harness.select(name)
+
+    def running_work(self) -> RunningWork:
+        window = self.window
+        return RunningWork(coding_agents=sum(not run.finished for run in window.harness.launcher.runs),
+                           swarm_agents=window.launcher.agents.value() if window.launcher.running else 0,
+                           requests=sum(window.service.inflight.snapshot().values()),
+                           download=window.engine_panel.hub.downloading)
+
+    def may_close(self, outright: bool) -> bool:
+        """The window's close guard: True lets it quit; False keeps it, shown or hidden in the tray."""
+        tray_shown = self.tray is not None and self.tray.icon.isVisible()
+        answer, remember = decide(self.running_work(), self._remembered("on_close", None), tray_shown, outright,
+                                  self.ask)
+        if remember:
+            self._remember("on_close", answer)
+            self._show_on_close()
+        if answer == CANCEL:
+            return False
+        if answer == TRAY:
+            self.window.hide()
+            if not self._told_hidden:
+                self._told_hidden = True
+                self.tray.icon.showMessage("swarm-panel keeps serving", f"The endpoint stays at {self.window.url}; "
+                                           "the tray icon brings the window back.", self.tray.icon.icon(), 5000)
+            return False
+        self.quitting = True
+        self.timer.stop()
+        self.notifier.close()
+        if self.tray is not None:
+            self.tray.hide()
+        return True
+
+    # -- what the tray and the menu do -----------------------------------------------------------
+
+    def switch_policy(self, policy: str) -> None:
+        try:
+            self.window.apply_scheduler(policy=policy)
+        except (ValueError, RuntimeError) as exc:
+            self.window.statusBar().showMessage(f"policy not switched: {exc}", 5000)
+        self.poll()
+
+    def pause(self, paused: bool) -> None:
+        http = self.window.http
+        if http is None:
+            return
+        http.pause() if paused else http.resume()
+        self.poll()
+
+    # -- the poll --------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        if self.quitting:
+            return
+        window = self.window
+        reading = read(window.service, window.loading, window.fleet.active)
+        for notice in self.engine.update(reading):
+            self.notifier.notify("engine", notice.title, notice.body)
+        for run in self.ends.new(window.harness.launcher.runs):
+            self._tell_end(run)
+        if self.tray is not None:
+            tok_s = window.feed.latest("tok_s")
+            policy = "" if window.fleet.active else window.current_policy()
+            paused = window.http is not None and window.http.paused
+            self.tray.show_state(reading.state, reading.detail)
+            self.tray.show_figures(None if math.isnan(tok_s) else tok_s, len(window.service.inflight.snapshot()),
+                                   policy, paused)
+
+    def _tell_end(self, run: HarnessRun) -> None:
+        if run.status != EXITED or run.exit_code != 0:
+            self._notify(agent_outcomes.failed(run))
+            return
+        workspace = run.workspace
+
+        def read_changes() -> Changes | None:
+            try:
+                return changes(workspace) if workspace is not None else None
+            except WorkspaceError:
+                return None
+
+        future = self._pool.submit(read_changes)
+        future.add_done_callback(lambda f: self._read.emit((run, f.result())))
+
+    def _changes_read(self, result: tuple[HarnessRun, Changes | None]) -> None:
+        run, found = result
+        if not self.quitting:
+            self._notify(agent_outcomes.finished(run, found))
+
+    def _notify(self, outcome: agent_outcomes.Outcome) -> None:
+        self.notifier.notify(outcome.kind, outcome.title, outcome.body, outcome.key)
+
+    def close(self) -> None:
+        self.timer.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.notifier.close()
+        if self.tray is not None:
+            self.tray.hide()
