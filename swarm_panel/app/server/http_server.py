@@ -163,7 +163,7 @@ class HttpServer:
 
     async def stop(self) -> None:
         """Stops accepting, lets open responses finish (a few seconds at most), releases the port."""
-        self.resume()  # held requests go in and are answered (or failed by the engine's stop)
+        self.resume()  # held requests go in rather than hold the stop up
         server, task = self._server, self._task
         if server is None or task is None:
             return

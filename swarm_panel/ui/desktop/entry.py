@@ -82,7 +82,7 @@ def entry_text(argv: list[str]) -> str:
     return "\n".join((
         "[Desktop Entry]",
         "Type=Application",
-        "Version=1.5",
+        "Version=1.4",
         f"Name={APP_ID}",
         "GenericName=Agent swarm control panel",
         "Comment=Continuous batching for a swarm of local coding agents: live plots, lane timeline, policy switch",
@@ -91,7 +91,7 @@ def entry_text(argv: list[str]) -> str:
         f"Icon={APP_ID}",
         "Terminal=false",
         "StartupNotify=true",
-        "Categories=Development;Utility;",
+        "Categories=Development;",
         "Keywords=llm;llama.cpp;batching;agents;openai;",
         "",
     ))

@@ -24,6 +24,7 @@ RAISE = b"raise\n"
 ANSWER_MS = 3000
 # A panel that holds the lock listens moments later: a launch in between asks again for this long.
 STARTING_MS = 5000
+SOCKET_PATH_BYTES = 104  # the shortest sun_path among the systems (macOS, BSD); Linux's is 108
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ def claim(settings_file: str) -> Instance | Running:
     lock = QtCore.QLockFile(str(folder / f"{name}.lock"))
     lock.setStaleLockTime(0)  # stale only when its process is gone, however long it has run
     address = str(folder / f"{name}.socket")
+    if len(address.encode()) >= SOCKET_PATH_BYTES:
+        address = name  # Qt puts it in the temp folder: a deep runtime folder would not fit a socket's address
     if not lock.tryLock(0):
         if lock.error() != QtCore.QLockFile.LockError.LockFailedError:
             raise RuntimeError(f"cannot take the lock {folder / name}.lock: {lock.error().name}")
