@@ -154,6 +154,10 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, store)
     life = DesktopLife(window, instance)
+    # Ctrl-C in the terminal and a session's logout quit as the menu's Quit does, without asking.
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) in (default, signal.SIG_DFL):
+            signal.signal(sig, lambda *_: window.quit_now())
     if screenshot is not None:
         # A fixed size for scripted captures (offscreen, its screen is 800 x 600), whatever was remembered.
         window.fits_screen = False
@@ -192,11 +196,6 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         window.setWindowTitle(f"swarm-panel, a second instance {where}: continuous batching for a local agent swarm")
     if fleet:
         window.load_fleet(settings.backends)
-
-    # Ctrl-C in the terminal and a session's logout quit as the menu's Quit does, without asking.
-    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
-        if signal.getsignal(sig) in (default, signal.SIG_DFL):
-            signal.signal(sig, lambda *_: window.quit_now())
 
     try:
         return await _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after)

@@ -38,7 +38,7 @@ elif task in ("quiet", "slow"):
     print("done")
 elif task == "edit":
     with open("hello.py", "a") as f:
-        f.write("print('and more')\nprint('and again')\n")
+        f.write("print('and more')\\nprint('and again')\\n")
     print("edited")
 elif task == "fail":
     print("fake-agent: cannot do that", file=sys.stderr)

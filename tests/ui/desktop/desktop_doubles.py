@@ -80,3 +80,21 @@ def answer_with(button: str, remember: bool = False) -> list[tuple[str, list[str
 
     QtCore.QTimer.singleShot(0, click)
     return seen
+
+
+@pytest.fixture
+def a_notification_server() -> None:
+    """Skips unless org.freedesktop.Notifications has an owner on the session bus (a daemon such as dunst)."""
+    try:
+        from jeepney import DBusAddress, new_method_call
+        from jeepney.io.blocking import open_dbus_connection
+
+        bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+        with open_dbus_connection(bus="SESSION") as connection:
+            reply = connection.send_and_get_reply(new_method_call(bus, "NameHasOwner", "s",
+                                                                  ("org.freedesktop.Notifications",)), timeout=5)
+        owned = bool(reply.body[0])
+    except Exception as exc:  # no jeepney, no session bus
+        pytest.skip(f"no session bus: {exc}")
+    if not owned:
+        pytest.skip("no notification server on the session bus (Debian: dunst, in a D-Bus session)")
