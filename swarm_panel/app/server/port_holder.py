@@ -26,14 +26,19 @@ def _listening_inodes(port: int, proc: Path) -> set[str]:
 
 
 def describe(pid: int, proc: Path = Path("/proc")) -> str:
-    """`swarm-panel gui (pid 1234)`: its command line, the program by its file name."""
+    """`swarm-panel gui (pid 1234)`: its command line, the program by its file name, a script's rather than its
+    interpreter's."""
     try:
         words = [w.decode(errors="replace") for w in (proc / str(pid) / "cmdline").read_bytes().split(b"\0") if w]
     except OSError:
         words = []
     if not words:
         return f"pid {pid}"
-    line = " ".join([os.path.basename(words[0]), *words[1:]])
+    program = os.path.basename(words[0])
+    if program.startswith("python") and len(words) > 1 and not words[1].startswith("-"):
+        words = words[1:]  # a console script: its own name says more than the interpreter's
+        program = os.path.basename(words[0])
+    line = " ".join([program, *words[1:]])
     if len(line) > SHOWN_CHARS:
         line = line[:SHOWN_CHARS - 1] + "…"
     return f"{line} (pid {pid})"

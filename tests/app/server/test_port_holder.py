@@ -37,3 +37,16 @@ def test_serve_on_a_taken_port_says_who_holds_it_before_loading_a_model(monkeypa
     err = capsys.readouterr().err
     assert f"port {port} on 127.0.0.1 is already in use by" in err and f"(pid {os.getpid()})" in err
     assert "loading" not in err
+
+
+def test_a_console_script_is_named_rather_than_its_interpreter(tmp_path):
+    from swarm_panel.app.server.port_holder import describe
+
+    for pid, argv in ((11, ["/venv/bin/python3", "/venv/bin/swarm-panel", "gui"]),
+                      (12, ["/venv/bin/python", "-m", "swarm_panel", "serve"]), (13, ["/usr/bin/llama-server"])):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(word.encode() for word in argv) + b"\0")
+    assert describe(11, tmp_path) == "swarm-panel gui (pid 11)"
+    assert describe(12, tmp_path) == "python -m swarm_panel serve (pid 12)"
+    assert describe(13, tmp_path) == "llama-server (pid 13)"
+    assert describe(14, tmp_path) == "pid 14"
