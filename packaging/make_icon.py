@@ -45,4 +45,5 @@ def draw(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    draw(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "swarm_panel" / "ui" / "desktop" / "icon.png")
+    beside_its_room = Path(__file__).resolve().parents[1] / "swarm_panel" / "ui" / "desktop" / "icon.png"
+    draw(Path(sys.argv[1]) if len(sys.argv) > 1 else beside_its_room)

@@ -23,7 +23,6 @@ from swarm_panel.app.cli import pull as pull_cli
 from swarm_panel.app.cli import swarm as swarm_cli
 from swarm_panel.runtime.core.engine import EngineLoadError
 
-
 GLOBAL_FLAGS = ("-v", "--verbose")
 
 

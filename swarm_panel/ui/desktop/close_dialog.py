@@ -28,7 +28,8 @@ class CloseDialog(QtWidgets.QMessageBox):
                      "on, and the tray icon brings the window back.<br>" if offer_tray else "")
         self.setInformativeText(f"{tray_note}<b>Stop everything and quit</b>: the agents are ended cleanly (their "
                                 "worktrees are kept for Review), the engine stops and the port is released.")
-        self.keep_button = self.addButton(KEEP_TEXT, QtWidgets.QMessageBox.ButtonRole.AcceptRole) if offer_tray else None
+        accept = QtWidgets.QMessageBox.ButtonRole.AcceptRole
+        self.keep_button = self.addButton(KEEP_TEXT, accept) if offer_tray else None
         self.quit_button = self.addButton(QUIT_TEXT, QtWidgets.QMessageBox.ButtonRole.DestructiveRole)
         self.cancel_button = self.addButton(QtWidgets.QMessageBox.StandardButton.Cancel)
         self.setDefaultButton(self.keep_button or self.cancel_button)

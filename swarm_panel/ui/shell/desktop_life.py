@@ -6,10 +6,9 @@ the close guard it is handed.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import math
 
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtGui
 
 from swarm_panel.app.harness.launcher import EXITED, HarnessRun
 from swarm_panel.app.workspace.changes import Changes, changes
@@ -22,8 +21,6 @@ from swarm_panel.ui.desktop.notices import KINDS, Notifier, open_session_bus
 from swarm_panel.ui.desktop.running_work import RunningWork
 from swarm_panel.ui.desktop.single_instance import Instance
 from swarm_panel.ui.shell.main_window import MainWindow
-
-log = logging.getLogger(__name__)
 
 POLL_MS = 1000
 ON_CLOSE = {None: "Ask", TRAY: "Keep serving in the tray", QUIT: "Stop everything and quit"}
@@ -39,8 +36,8 @@ class DesktopLife(QtCore.QObject):
         self.window = window
         self.store = window.store
         self.ask: Ask = ask_in_dialog(window)
-        self.tray = tray.PanelTray({name: p.label for name, p in POLICIES.items()}, self) \
-            if (tray.available() if with_tray is None else with_tray) else None
+        shown = tray.available() if with_tray is None else with_tray
+        self.tray = tray.PanelTray({name: p.label for name, p in POLICIES.items()}, self) if shown else None
         self.notifier = notifier or Notifier(self.focused, self.tray.icon if self.tray else None, open_session_bus(),
                                              self)
         self.notifier.off = set(self._remembered("notify_off", []))
@@ -53,9 +50,10 @@ class DesktopLife(QtCore.QObject):
         self.quitting = False
         window.close_guard = self.may_close
         hub = window.engine_panel.hub
-        hub.downloaded.connect(lambda path: self.notifier.notify("download", "Model downloaded", f"{path} is ready "
-                                                                 "to load."))
-        hub.failed.connect(lambda name, why: self.notifier.notify("download", "Model download failed", f"{name}: {why}"))
+        hub.downloaded.connect(
+            lambda path: self.notifier.notify("download", "Model downloaded", f"{path} is ready to load."))
+        hub.failed.connect(
+            lambda name, why: self.notifier.notify("download", "Model download failed", f"{name}: {why}"))
         if instance is not None:
             instance.answer = lambda: window.url or ""
             instance.raise_requested.connect(self.show_window)
@@ -192,7 +190,10 @@ class DesktopLife(QtCore.QObject):
         http = self.window.http
         if http is None:
             return
-        http.pause() if paused else http.resume()
+        if paused:
+            http.pause()
+        else:
+            http.resume()
         self.poll()
 
     # -- the poll --------------------------------------------------------------------------------
@@ -211,6 +212,7 @@ class DesktopLife(QtCore.QObject):
             policy = "" if window.fleet.active else window.current_policy()
             paused = window.http is not None and window.http.paused
             self.tray.show_state(reading.state, reading.detail)
+            self.tray.pause_action.setEnabled(window.http is not None)
             self.tray.show_figures(None if math.isnan(tok_s) else tok_s, len(window.service.inflight.snapshot()),
                                    policy, paused)
 
@@ -223,7 +225,7 @@ class DesktopLife(QtCore.QObject):
         def read_changes() -> Changes | None:
             try:
                 return changes(workspace) if workspace is not None else None
-            except WorkspaceError:
+            except (WorkspaceError, OSError):  # its tree removed meanwhile, or git gone: told without figures
                 return None
 
         future = self._pool.submit(read_changes)

@@ -4,6 +4,7 @@ stand-in coding agents on the app's loop, and the close question answered by cli
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -85,6 +86,8 @@ def answer_with(button: str, remember: bool = False) -> list[tuple[str, list[str
 @pytest.fixture
 def a_notification_server() -> None:
     """Skips unless org.freedesktop.Notifications has an owner on the session bus (a daemon such as dunst)."""
+    if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
+        pytest.skip("no session bus (DBUS_SESSION_BUS_ADDRESS is not set)")
     try:
         from jeepney import DBusAddress, new_method_call
         from jeepney.io.blocking import open_dbus_connection

@@ -19,8 +19,8 @@ READY_S = 20.0
 
 def missing() -> str:
     """What is not installed, as a skip reason; empty when everything is."""
-    gone = sorted({f"{binary} (Debian: {package})" for binary, package in PARTS.items() if shutil.which(binary) is None})
-    return ", ".join(gone)
+    gone = {f"{binary} (Debian: {package})" for binary, package in PARTS.items() if shutil.which(binary) is None}
+    return ", ".join(sorted(gone))
 
 
 def _wait(condition, what: str) -> None:

@@ -6,10 +6,9 @@ hidden. The tray's answer needs a tray: skipped without one (tests/ui/desktop/te
 from __future__ import annotations
 
 from swarm_panel.app.workspace.records import all_workspaces
-from swarm_panel.ui.desktop.close_dialog import CANCEL, QUIT, QUIT_TEXT, KEEP_TEXT
+from swarm_panel.ui.desktop.close_dialog import CANCEL, KEEP_TEXT, QUIT, QUIT_TEXT
 from tests.ui.desktop.desktop_doubles import a_tray, answer_with, life_of, on_loop, until, with_stand_in_agents  # noqa: F401
 from tests.ui.test_ui_common import card, no_user_config, window  # noqa: F401 - fixtures
-
 
 
 def start_swarm(window, agents: int = 3) -> None:

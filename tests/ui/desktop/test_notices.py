@@ -46,8 +46,9 @@ def test_the_kinds_turned_off_are_remembered(window):
 def watch_the_bus() -> subprocess.Popen:
     if shutil.which("dbus-monitor") is None:
         pytest.skip("dbus-monitor is not installed (Debian: dbus)")
-    monitor = subprocess.Popen(["dbus-monitor", "--session", "interface='org.freedesktop.Notifications',member='Notify'"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rule = "interface='org.freedesktop.Notifications',member='Notify'"
+    monitor = subprocess.Popen(["dbus-monitor", "--session", rule], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
     time.sleep(0.5)  # it becomes a monitor before anything is sent
     return monitor
 

@@ -6,7 +6,6 @@ and must pass without skipping."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
