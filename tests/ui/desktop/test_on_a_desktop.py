@@ -1,6 +1,6 @@
 """The panel on a desktop of real parts (tests/ui/desktop/desktop_session.py: Xvfb, a private D-Bus session, dunst,
-trayer). Launched twice, it is one panel: the second launch gives the first the focus and exits 0, and `serve` on its
-port names it; killed, it leaves no lock that blocks the next start. The tray, notification and close tests, which
+trayer). Launched twice, it is one panel: the second launch gives the first the focus and exits 0 (`--new-instance`
+opens a second, its port in its title), and `serve` on its port names it; killed, it leaves no lock that blocks the next start. The tray, notification and close tests, which
 skip on a desktop without those parts, run here in a pytest of their own (Qt's platform is chosen once a process)
 and must pass without skipping."""
 
@@ -71,7 +71,7 @@ def test_the_tray_notification_and_close_tests_pass_here_without_skipping(sessio
     assert "skipped" not in summary and "passed" in summary, ran.stdout[-2000:]
 
 
-def test_launching_twice_gives_one_panel_and_serve_names_it_on_its_port(session, tmp_path):
+def test_launching_twice_gives_one_panel_unless_asked_and_serve_names_it_on_its_port(session, tmp_path):
     port = free_port()
     settings = tmp_path / "panel.ini"
     first = panel(session, settings, "--port", str(port))
@@ -87,6 +87,18 @@ def test_launching_twice_gives_one_panel_and_serve_names_it_on_its_port(session,
         while xdotool(session, "getwindowfocus") != [window]:
             assert time.monotonic() < deadline, "the running panel did not take the focus"
             time.sleep(0.1)
+
+        on_purpose = panel(session, settings, "--port", str(port), "--new-instance")  # its port is taken: a free one
+        try:
+            deadline = time.monotonic() + WINDOW_S
+            while not (titled := xdotool(session, "search", "--onlyvisible", "--name", "a second instance on port")):
+                assert on_purpose.poll() is None and time.monotonic() < deadline, "no second panel showed"
+                time.sleep(0.2)
+            title = subprocess.run(["xdotool", "getwindowname", titled[0]], env=session, capture_output=True,
+                                   text=True).stdout
+            assert title.startswith("swarm-panel, a second instance on port ") and f"port {port}:" not in title
+        finally:
+            assert quit_panel(on_purpose) == 0
 
         served = subprocess.run([sys.executable, "-m", "swarm_panel", "serve", "--engine", "modeled", "--port",
                                  str(port)], env=session, cwd=ROOT, capture_output=True, text=True, timeout=60)
