@@ -107,11 +107,11 @@ def _write(path: Path, data: bytes) -> None:
         temp.unlink(missing_ok=True)
 
 
-def install(autostart: bool, argv: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+def install(autostart: bool) -> tuple[list[Path], list[Path]]:
     """Writes the menu entry and the icon, and the autostart entry if asked (an earlier one is removed if not):
     the paths written, then the paths removed. Raises OSError where a folder cannot be written."""
     where = places()
-    text = entry_text(argv or installed_command()).encode()
+    text = entry_text(installed_command()).encode()
     written = [where.entry, where.icon]
     _write(where.entry, text)
     _write(where.icon, ICON_FILE.read_bytes())

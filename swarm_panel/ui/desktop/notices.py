@@ -75,7 +75,7 @@ def open_session_bus() -> SessionBus | None:
 
 class Notifier(QtCore.QObject):
     clicked = QtCore.Signal(str)  # the key given with the notification clicked
-    sent = QtCore.Signal(str, str)  # where it went ("bus" or "tray"), its title: for the log and the tests
+    sent = QtCore.Signal(str, str)  # shown: where ("bus" or "tray") and its title
     _done = QtCore.Signal(object, str, str, str)  # from the sending thread: future, key, title, body
     _invoked = QtCore.Signal(object, str)  # from the listening thread: id (a uint32), action
 

@@ -103,10 +103,11 @@ def _ask(name: str, wait_ms: int) -> Running | None:
         QtCore.QThread.msleep(100)
 
 
-def claim(settings_file: str) -> Instance | Running:
+def claim(settings_file: str, starting_ms: int = STARTING_MS) -> Instance | Running:
     """This process's claim to be the panel for `settings_file`, or the panel that already is.
 
-    Raises RuntimeError when another process holds the lock but does not answer (it is starting or hung)."""
+    Raises RuntimeError when another process holds the lock but does not answer within `starting_ms` (it is
+    starting, or hung)."""
     name = instance_name(settings_file)
     folder = _folder()
     lock = QtCore.QLockFile(str(folder / f"{name}.lock"))
@@ -117,10 +118,10 @@ def claim(settings_file: str) -> Instance | Running:
     if not lock.tryLock(0):
         if lock.error() != QtCore.QLockFile.LockError.LockFailedError:
             raise RuntimeError(f"cannot take the lock {folder / name}.lock: {lock.error().name}")
-        running = _ask(address, STARTING_MS)
+        running = _ask(address, starting_ms)
         if running is not None:
             return running
-        _, pid, _, _ = lock.getLockInfo()
+        pid = lock.getLockInfo()[-3]  # (pid, hostname, application), after a success flag in older bindings
         raise RuntimeError(f"another swarm-panel (pid {pid}) holds {folder / name}.lock but does not answer; "
                            "--new-instance starts a second panel anyway")
     QtNetwork.QLocalServer.removeServer(address)  # a crashed panel's socket file: nobody listens on it

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.ui.desktop.single_instance import Instance, Running, claim
+from swarm_panel.ui.desktop.single_instance import Instance, Running, claim, instance_name
 
 SECOND_CLAIM = textwrap.dedent("""
     import sys
@@ -26,6 +26,17 @@ SECOND_CLAIM = textwrap.dedent("""
     if sys.argv[2:] == ["crash"]:
         import os, signal
         os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+# A panel that took its lock and hangs before it listens.
+HOLD_THE_LOCK = textwrap.dedent("""
+    import sys, time
+    from PySide6 import QtCore
+    lock = QtCore.QLockFile(sys.argv[1])
+    assert lock.tryLock(0)
+    print("held", flush=True)
+    time.sleep(600)
 """)
 
 
@@ -93,3 +104,18 @@ def test_a_lock_left_by_a_killed_panel_does_not_block_the_next_start(qtbot, tmp_
     after = claim(settings)
     assert isinstance(after, Instance) and after.server is not None and after.server.isListening()
     after.release()
+
+
+def test_a_holder_that_does_not_answer_is_named_and_nothing_starts(qtbot, tmp_path, own_runtime_folder):
+    settings = str(tmp_path / "panel.ini")
+    lock = own_runtime_folder / f"{instance_name(settings)}.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env=env())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match=rf"another swarm-panel \(pid {holder.pid}\) holds .* but does not "
+                                               "answer; --new-instance starts a second panel anyway"):
+            claim(settings, starting_ms=300)
+    finally:
+        holder.kill()
+        holder.wait()
