@@ -6,7 +6,7 @@ hidden. The tray's answer needs a tray: skipped without one (tests/ui/desktop/te
 from __future__ import annotations
 
 from swarm_panel.app.workspace.records import all_workspaces
-from swarm_panel.ui.desktop.close_dialog import CANCEL, KEEP_TEXT, QUIT, QUIT_TEXT
+from swarm_panel.ui.desktop.close_dialog import KEEP_TEXT, QUIT, QUIT_TEXT, TRAY
 from tests.ui.desktop.desktop_doubles import a_tray, answer_with, life_of, on_loop, until, with_stand_in_agents  # noqa: F401
 from tests.ui.test_ui_common import card, no_user_config, window  # noqa: F401 - fixtures
 
@@ -18,11 +18,14 @@ def start_swarm(window, agents: int = 3) -> None:
     assert window.launcher.start() == "local"  # no endpoint: in-process agents on the engine thread
 
 
+def never_asked(work, offer_tray):
+    raise AssertionError(f"asked about {work.describe()}")
+
+
 def test_with_nothing_running_closing_quits_without_a_question(window):
-    life_of(window, with_tray=False)
-    seen = answer_with(QUIT_TEXT)
+    life_of(window, with_tray=False).ask = never_asked
     window.close()
-    assert seen == [] and window.shut and not window.service.loaded
+    assert window.shut and not window.service.loaded
 
 
 def test_cancel_keeps_everything_and_quit_stops_it_without_a_tray_to_hide_in(window):
@@ -42,11 +45,10 @@ def test_cancel_keeps_everything_and_quit_stops_it_without_a_tray_to_hide_in(win
 
 def test_a_remembered_quit_is_not_asked_again(window):
     window.store.set("on_close", QUIT)
-    life_of(window, with_tray=False)
+    life_of(window, with_tray=False).ask = never_asked
     start_swarm(window)
-    seen = answer_with("Cancel")
     window.close()
-    assert seen == [] and window.shut
+    assert window.shut
 
 
 def test_quit_ends_the_coding_agents_and_keeps_their_worktrees(window, qapp, tmp_path, monkeypatch):
@@ -84,10 +86,17 @@ def test_keep_serving_in_the_tray_hides_the_window_and_serves_on(a_tray, window,
     assert not window.isVisible() and not window.shut and window.service.loaded and window.launcher.running
     life.tray.show_requested.emit()  # the tray's Show
     assert window.isVisible()
+    seen = answer_with(KEEP_TEXT, remember=True)
+    window.close()
+    assert seen and not window.isVisible() and window.store.get("on_close") == TRAY
+    window.show()
+    ask, life.ask = life.ask, never_asked
+    window.close()  # remembered: hidden again without a question
+    assert not window.isVisible() and not window.shut
+    life.ask = ask
 
-    # The tray's Quit is a quit asked for outright: the question offers no tray.
+    # From the tray, hidden: its Quit is a quit asked for outright, so the question offers no tray.
     seen = answer_with(QUIT_TEXT)
     life.tray.quit_requested.emit()
     assert seen and sorted(seen[0][1]) == sorted([QUIT_TEXT, "Cancel"]) and window.shut and not window.service.loaded
     assert not life.tray.icon.isVisible()
-    assert window.store.get("on_close", CANCEL) == CANCEL  # nothing remembered unless asked
