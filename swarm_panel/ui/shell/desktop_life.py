@@ -8,22 +8,22 @@ from __future__ import annotations
 import concurrent.futures
 import math
 
-from PySide6 import QtCore, QtGui
+from PySide6 import QtCore
 
 from swarm_panel.app.harness.launcher import EXITED, HarnessRun
 from swarm_panel.app.workspace.changes import Changes, changes
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.runtime.policies.registry import POLICIES
-from swarm_panel.ui.desktop import agent_outcomes, entry, tray
-from swarm_panel.ui.desktop.close_dialog import CANCEL, QUIT, TRAY, Ask, ask_in_dialog, decide
+from swarm_panel.ui.desktop import agent_outcomes, tray
+from swarm_panel.ui.desktop.close_dialog import CANCEL, TRAY, Ask, ask_in_dialog, decide
 from swarm_panel.ui.desktop.engine_state import EngineWatch, read
-from swarm_panel.ui.desktop.notices import KINDS, Notifier, open_session_bus
+from swarm_panel.ui.desktop.notices import Notifier, open_session_bus
 from swarm_panel.ui.desktop.running_work import RunningWork
 from swarm_panel.ui.desktop.single_instance import Instance
+from swarm_panel.ui.shell.desktop_menu import DesktopMenu
 from swarm_panel.ui.shell.main_window import MainWindow
 
 POLL_MS = 1000
-ON_CLOSE = {None: "Ask", TRAY: "Keep serving in the tray", QUIT: "Stop everything and quit"}
 
 
 class DesktopLife(QtCore.QObject):
@@ -34,13 +34,11 @@ class DesktopLife(QtCore.QObject):
         """with_tray: None shows a tray icon where the desktop has a tray; notifier: None speaks to the session bus."""
         super().__init__(window)
         self.window = window
-        self.store = window.store
         self.ask: Ask = ask_in_dialog(window)
         shown = tray.available() if with_tray is None else with_tray
         self.tray = tray.PanelTray({name: p.label for name, p in POLICIES.items()}, self) if shown else None
         self.notifier = notifier or Notifier(self.focused, self.tray.icon if self.tray else None, open_session_bus(),
                                              self)
-        self.notifier.off = set(self._remembered("notify_off", []))
         self.notifier.clicked.connect(self.open)
         self.engine = EngineWatch()
         self.ends = agent_outcomes.Ends()
@@ -63,64 +61,12 @@ class DesktopLife(QtCore.QObject):
             self.tray.pause_toggled.connect(self.pause)
             self.tray.quit_requested.connect(window.quit)
             self.tray.show()
-        self._build_menu()
+        self.menu = DesktopMenu(window, self.notifier, self.tray is not None)
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
         self.timer.start()
         self.poll()
-
-    def _remembered(self, key: str, default):
-        return self.store.get(key, default) if self.store is not None else default
-
-    def _remember(self, key: str, value) -> None:
-        if self.store is not None:
-            self.store.set(key, value)
-
-    # -- the Desktop menu ------------------------------------------------------------------------
-
-    def _build_menu(self) -> None:
-        menu = self.window.menuBar().addMenu("&Desktop")
-        menu.addSection("Notify when")
-        self.notify_actions: dict[str, QtGui.QAction] = {}
-        for kind, text in KINDS.items():
-            action = menu.addAction(text.lower().capitalize())
-            action.setCheckable(True)
-            action.setChecked(kind not in self.notifier.off)
-            action.toggled.connect(lambda on, kind=kind: self.set_notify(kind, on))
-            self.notify_actions[kind] = action
-        menu.addSection("When closing with work running")
-        group = QtGui.QActionGroup(menu)
-        self.on_close_actions: dict[str | None, QtGui.QAction] = {}
-        for answer, text in ON_CLOSE.items():
-            action = menu.addAction(text)
-            action.setCheckable(True)
-            action.setEnabled(answer != TRAY or self.tray is not None)
-            group.addAction(action)
-            action.triggered.connect(lambda _=False, answer=answer: self._remember("on_close", answer))
-            self.on_close_actions[answer] = action
-        self._show_on_close()
-        menu.addSeparator()
-        self.autostart_action = menu.addAction("Start at login")
-        self.autostart_action.setCheckable(True)
-        self.autostart_action.setChecked(entry.autostart_installed())
-        self.autostart_action.toggled.connect(self.set_autostart)
-
-    def _show_on_close(self) -> None:
-        remembered = self._remembered("on_close", None)
-        self.on_close_actions.get(remembered, self.on_close_actions[None]).setChecked(True)
-
-    def set_notify(self, kind: str, on: bool) -> None:
-        (self.notifier.off.discard if on else self.notifier.off.add)(kind)
-        self._remember("notify_off", sorted(self.notifier.off))
-
-    def set_autostart(self, on: bool) -> None:
-        try:
-            where = entry.set_autostart(on)
-        except OSError as exc:
-            self.window.statusBar().showMessage(f"Start at login not changed: {exc}", 8000)
-            return
-        self.window.statusBar().showMessage(f"{'Wrote' if on else 'Removed'} {where}", 8000)
 
     # -- the window ------------------------------------------------------------------------------
 
@@ -156,11 +102,9 @@ class DesktopLife(QtCore.QObject):
     def may_close(self, outright: bool) -> bool:
         """The window's close guard: True lets it quit; False keeps it, shown or hidden in the tray."""
         tray_shown = self.tray is not None and self.tray.icon.isVisible()
-        answer, remember = decide(self.running_work(), self._remembered("on_close", None), tray_shown, outright,
-                                  self.ask)
+        answer, remember = decide(self.running_work(), self.menu.on_close, tray_shown, outright, self.ask)
         if remember:
-            self._remember("on_close", answer)
-            self._show_on_close()
+            self.menu.remember_close(answer)
         if answer == CANCEL:
             return False
         if answer == TRAY:

@@ -40,7 +40,7 @@ def test_cancel_keeps_everything_and_quit_stops_it_without_a_tray_to_hide_in(win
     seen = answer_with(QUIT_TEXT, remember=True)
     window.close()
     assert seen and window.shut and not window.service.loaded and not window.launcher.running
-    assert window.store.get("on_close") == QUIT and life.on_close_actions[QUIT].isChecked()
+    assert window.store.get("on_close") == QUIT and life.menu.on_close_actions[QUIT].isChecked()
 
 
 def test_a_remembered_quit_is_not_asked_again(window):

@@ -30,7 +30,7 @@ def test_a_kind_turned_off_or_a_focused_window_sends_nothing(window, qtbot):
     assert not life.notifier.notify("engine", "The engine stopped", "…")
     window.hide()
     assert not life.focused()
-    life.notify_actions["agent_finished"].setChecked(False)
+    life.menu.notify_actions["agent_finished"].setChecked(False)
     assert window.store.get("notify_off") == ["agent_finished"]
     assert not life.notifier.notify("agent_finished", "qwen-code-1 finished", "…")
     with pytest.raises(ValueError, match="unknown notification kind"):
@@ -40,7 +40,7 @@ def test_a_kind_turned_off_or_a_focused_window_sends_nothing(window, qtbot):
 def test_the_kinds_turned_off_are_remembered(window):
     window.store.set("notify_off", ["download"])
     life = life_of(window, with_tray=False, notifier=Notifier(lambda: False))
-    assert life.notifier.off == {"download"} and not life.notify_actions["download"].isChecked()
+    assert life.notifier.off == {"download"} and not life.menu.notify_actions["download"].isChecked()
 
 
 def watch_the_bus() -> subprocess.Popen:
