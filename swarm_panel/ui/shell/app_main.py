@@ -155,9 +155,10 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
     window = MainWindow(service, store)
     life = DesktopLife(window, instance)
     # Ctrl-C in the terminal and a session's logout quit as the menu's Quit does, without asking.
+    replaced = {}
     for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
         if signal.getsignal(sig) in (default, signal.SIG_DFL):
-            signal.signal(sig, lambda *_: window.quit_now())
+            replaced[sig] = signal.signal(sig, lambda *_: window.quit_now())
     if screenshot is not None:
         # A fixed size for scripted captures (offscreen, its screen is 800 x 600), whatever was remembered.
         window.fits_screen = False
@@ -208,6 +209,8 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         await window.fleet.close()
         if http is not None:
             await http.stop()
+        for sig, handler in replaced.items():  # the window they quit is gone
+            signal.signal(sig, handler)
         await asyncio.get_running_loop().shutdown_asyncgens()  # qasync does not; asyncio.run would
 
 
