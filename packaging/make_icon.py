@@ -1,4 +1,4 @@
-"""Draws assets/icon.png (256 px): eight lanes on petrol green, gold work with a hatched padding tail
+"""Draws swarm_panel/ui/desktop/icon.png (256 px): eight lanes on petrol green, gold work with a hatched padding tail
 on the top lanes and full rows below: the panel's story in one glyph. Run once; the PNG is committed."""
 
 from __future__ import annotations
@@ -45,4 +45,5 @@ def draw(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    draw(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "assets" / "icon.png")
+    beside_its_room = Path(__file__).resolve().parents[1] / "swarm_panel" / "ui" / "desktop" / "icon.png"
+    draw(Path(sys.argv[1]) if len(sys.argv) > 1 else beside_its_room)

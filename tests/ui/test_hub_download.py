@@ -27,10 +27,13 @@ def test_the_download_bar_moves_and_cancel_leaves_a_file_the_next_download_resum
 
     seen: list[tuple[int, int]] = []
     shown: list[str] = []
+    failures: list[tuple[str, str]] = []
+    panel.failed.connect(lambda name, why: failures.append((name, why)))
 
     def progressed(done: int, total: int, rate) -> None:
         seen.append((done, total))
         shown.append(panel.status.text())
+        assert panel.downloading == chosen.args[0]  # what the close question names
         if len(seen) == 2:
             panel.cancel.click()
 
@@ -38,6 +41,7 @@ def test_the_download_bar_moves_and_cancel_leaves_a_file_the_next_download_resum
     with qtbot.waitSignal(panel._finished, timeout=60_000) as finished:
         panel.download.click()
     assert finished.args[0] is None and "cancelled" in finished.args[1]
+    assert failures == [] and panel.downloading == ""  # a Cancel is no failure to notify
     assert 0 < seen[-1][0] < size and seen[-1][1] == size
     # The bar's words: how much of how much, the speed and the time left.
     assert any(f"of {size / 1e6:,.1f} MB" in text and "MB/s" in text and "s left" in text for text in shown), shown
@@ -87,3 +91,19 @@ def test_a_repository_that_holds_no_gguf_says_so_in_the_box(qtbot, hub):  # noqa
     with qtbot.waitSignal(panel._listed, timeout=20_000):
         panel.look_up.click()
     assert "holds no GGUF" in panel.status.text() and not panel.download.isEnabled()
+
+
+def test_a_download_that_fails_says_which_model_and_why(qtbot, hub):  # noqa: F811
+    from swarm_panel.ui.panels.hub_download import HubDownload
+
+    panel = HubDownload()
+    qtbot.addWidget(panel)
+    panel.repo.setText(SMOL_REPO)
+    with qtbot.waitSignal(panel.chosen, timeout=20_000):
+        panel.look_up.click()
+    panel.models.addItem("not-in-the-repository", "not-in-the-repository")
+    panel.models.setCurrentIndex(panel.models.count() - 1)
+    with qtbot.waitSignal(panel.failed, timeout=60_000) as failed:
+        panel.download.click()
+    assert failed.args[0] == f"hf:{SMOL_REPO}:not-in-the-repository" and failed.args[1]
+    assert panel.downloading == "" and panel.status.text() == failed.args[1]

@@ -1,7 +1,8 @@
 """The `swarm-panel` command's headless part: every subcommand that needs no desktop.
 
-A front end (ui.shell.cli, the console script's entry) passes a FrontEnd to add its own subcommands, open
-the panel when no subcommand is given and lend the gateway its fleet window; app never imports ui.
+A front end (ui.shell.cli, the console script's entry) passes a FrontEnd to add its own subcommands, name the
+one run when none is given (`swarm-panel` alone or with that command's options) and lend the gateway its fleet
+window; app never imports ui.
 """
 
 from __future__ import annotations
@@ -22,18 +23,33 @@ from swarm_panel.app.cli import pull as pull_cli
 from swarm_panel.app.cli import swarm as swarm_cli
 from swarm_panel.runtime.core.engine import EngineLoadError
 
+GLOBAL_FLAGS = ("-v", "--verbose")
+
 
 @dataclass(frozen=True)
 class FrontEnd:
     register: Callable[[argparse._SubParsersAction], None]  # adds its subcommands
-    open_panel: Callable[[], int]  # the command with no subcommand
+    default: str  # one of them, run when no subcommand is named
     fleet_window: gateway_cli.FleetWindow  # `gateway --panel`
+
+
+def with_default(argv: list[str], default: str) -> list[str]:
+    """`swarm-panel [OPTIONS]` as `swarm-panel DEFAULT [OPTIONS]`: nothing, or an option, where a command would be."""
+    start = 0
+    while start < len(argv) and argv[start] in GLOBAL_FLAGS:
+        start += 1
+    rest = argv[start:]
+    if not rest or (rest[0].startswith("-") and rest[0] not in ("-h", "--help")):
+        return [*argv[:start], default, *rest]
+    return argv
 
 
 def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-panel",
-        description="Continuous-batching LLM runtime and control panel for a swarm of local agents.",
+        description="Continuous-batching LLM runtime and control panel for a swarm of local agents."
+                    + (f" With no command, or with only {front_end.default}'s options, it runs `{front_end.default}`."
+                       if front_end is not None else ""),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -53,16 +69,17 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> int:
     parser = build_parser(front_end)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if front_end is not None:
+        argv = with_default(argv, front_end.default)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per API call and the progress of long prompts: what a user watching an agent stall needs.
     logging.getLogger("swarm_panel.requests").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if args.command is None:
-        if front_end is None:
-            parser.print_help(sys.stderr)
-            return 2
-        return front_end.open_panel()
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return args.run(args)
     except (ValueError, EngineLoadError) as exc:

@@ -16,7 +16,7 @@ import sys
 
 from swarm_panel.app.models_hub.choice import is_hub_name
 from swarm_panel.app.models_hub.fetch import fetch
-from swarm_panel.app.server.http_server import HttpServer, PortInUse
+from swarm_panel.app.server.http_server import HttpServer, PortInUse, bind_socket
 from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
 from swarm_panel.app.settings.flags import add_settings_arguments, given
 from swarm_panel.app.settings.schema import GATEWAY_ONLY_FIELDS, Settings
@@ -58,6 +58,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
             loop.add_signal_handler(sig, stop.set)
+    if http.port:
+        bind_socket(http.host, http.port).close()  # a taken port is told now, not after the model has loaded
     try:
         if settings.engine == "llama" and is_hub_name(str(settings.model)):
             # In the foreground, with huggingface_hub's bar on stderr; the engine then finds it in the cache.

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from swarm_panel.app.server.port_holder import port_holder
 from swarm_panel.app.server.routes import create_app
 from swarm_panel.app.service.engine_service import SwarmService
 
@@ -38,12 +39,21 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class _Front:
-    """The ASGI app behind the socket, replaceable between requests without closing the port."""
+    """The ASGI app behind the socket, replaceable between requests without closing the port. While paused, a new
+    POST (a generation) waits at the door; reads (models, metrics, health) answer at once."""
 
     def __init__(self, app) -> None:
         self.app = app
+        self.door: asyncio.Event | None = None  # set: open; None: never paused
+        self.held = 0
 
     async def __call__(self, scope, receive, send) -> None:
+        if self.door is not None and not self.door.is_set() and scope["type"] == "http" and scope["method"] == "POST":
+            self.held += 1
+            try:
+                await self.door.wait()
+            finally:
+                self.held -= 1
         await self.app(scope, receive, send)
 
 
@@ -65,8 +75,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno in (errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", -1)) or "in use" in str(exc).lower():
+            holder = port_holder(port) or "another program"
             raise PortInUse(
-                f"port {port} on {host} is already in use by another program; stop it or pick another port "
+                f"port {port} on {host} is already in use by {holder}; stop it or pick another port "
                 f"with --port (or SWARM_PANEL_PORT)"
             ) from None
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
@@ -130,8 +141,29 @@ class HttpServer:
         """
         self._front.app = self.app if app is None else app
 
+    def pause(self) -> None:
+        """New generation requests wait until resume(); those already admitted go on. Clients see a slow answer,
+        not an error, so agents wait instead of failing."""
+        if self._front.door is None:
+            self._front.door = asyncio.Event()
+        self._front.door.clear()
+
+    def resume(self) -> None:
+        if self._front.door is not None:
+            self._front.door.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._front.door is not None and not self._front.door.is_set()
+
+    @property
+    def held(self) -> int:
+        """Requests waiting at the paused door."""
+        return self._front.held
+
     async def stop(self) -> None:
         """Stops accepting, lets open responses finish (a few seconds at most), releases the port."""
+        self.resume()  # held requests go in rather than hold the stop up
         server, task = self._server, self._task
         if server is None or task is None:
             return

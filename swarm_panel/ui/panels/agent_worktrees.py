@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,6 +69,14 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         self._surveying = False
         self.workspaces: list[Workspace] = []
         self._shown_diff: str | None = None
+        # Workspaces made before this moment are an earlier session's: marked, and counted in `earlier`.
+        self.session_started = time.time()
+        self._wanted: str | None = None  # an agent to select once a survey lists it
+
+        self.earlier = QtWidgets.QLabel("")
+        self.earlier.setWordWrap(True)
+        self.earlier.setStyleSheet(f"color: {theme.USEFUL}")
+        self.earlier.hide()
 
         self.fence_label = QtWidgets.QLabel("")
         self.fence_label.setWordWrap(True)
@@ -114,6 +123,7 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         split.setStretchFactor(1, 2)  # the diff is what is read
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.fence_label)
+        layout.addWidget(self.earlier)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.message)  # its own line: a refusal names files, the dock may be narrow
@@ -190,7 +200,11 @@ class AgentWorktrees(QtWidgets.QGroupBox):
             tip = ws.folder if found is None else "\n".join(
                 f"{c.status} {c.path} +{c.added if c.added is not None else '?'} "
                 f"−{c.removed if c.removed is not None else '?'}" for c in found.files) or "no changes"
-            set_row(self.table, row, values, tip)
+            before = ws.created < self.session_started
+            set_row(self.table, row, values, ("From an earlier session. " if before else "") + tip)
+            font = self.table.item(row, 0).font()
+            font.setItalic(before)
+            self.table.item(row, 0).setFont(font)
             if state in STATE_COLOURS:
                 self.table.item(row, 1).setForeground(QtGui.QBrush(QtGui.QColor(STATE_COLOURS[state])))
             else:
@@ -200,10 +214,29 @@ class AgentWorktrees(QtWidgets.QGroupBox):
             if ws.name == chosen:
                 self.table.selectRow(row)
         self.table.blockSignals(False)
+        self._show_earlier(sum(ws.created < self.session_started for ws in self.workspaces))
+        if self._wanted is not None and self._workspace(self._wanted) is not None:
+            chosen, self._wanted = self._wanted, None
+            self.select(chosen)
         self.discard_all_button.setEnabled(bool(rows))
         if chosen is not None:
             self.show_diff()
         self.counted.emit(len(rows))
+
+    def _show_earlier(self, kept: int) -> None:
+        self.earlier.setVisible(kept > 0)
+        if kept:
+            self.earlier.setText(f"{kept} worktree{'s are' if kept != 1 else ' is'} kept from before this session "
+                                 "(in italics): review, then apply or discard.")
+
+    def select(self, name: str) -> None:
+        """Selects the agent's row and shows its diff; one not listed yet is selected once a survey lists it."""
+        for row, ws in enumerate(self.workspaces):
+            if ws.name == name:
+                self.table.selectRow(row)
+                return
+        self._wanted = name
+        self.poll()
 
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()

@@ -185,6 +185,28 @@ class HarnessPanel(QtWidgets.QWidget):
         if chosen is not None:
             self.kind.setCurrentIndex(max(0, self.kind.findData(chosen)))
 
+    def values(self) -> dict[str, object]:
+        """What the next launch opens on: the harness, folder, task and count."""
+        return {"kind": self.kind.currentData(), "folder": self.folder.text(), "task": self.task.text(),
+                "count": self.count.value()}
+
+    def set_values(self, values: dict[str, object]) -> None:
+        if isinstance(values.get("kind"), str) and self.kind.findData(values["kind"]) >= 0:
+            self.kind.setCurrentIndex(self.kind.findData(values["kind"]))
+        for key, field in (("folder", self.folder), ("task", self.task)):
+            if isinstance(values.get(key), str) and values[key].strip():
+                field.setText(values[key])
+        if isinstance(values.get("count"), int):
+            self.count.setValue(values["count"])
+
+    def select(self, name: str) -> None:
+        """Selects the launched agent's row, if it is listed."""
+        self.refresh()
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0) is not None and self.table.item(row, 0).text() == name:
+                self.table.selectRow(row)
+                return
+
     def _choose_folder(self) -> None:
         folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Folder the agents work in", self.folder.text())
         if folder:

@@ -53,6 +53,7 @@ class HubDownload(QtWidgets.QWidget):
 
     chosen = QtCore.Signal(str)
     downloaded = QtCore.Signal(str)
+    failed = QtCore.Signal(str, str)  # the model, why (not for a Cancel)
     # From worker threads to the GUI thread.
     _listed = QtCore.Signal(object)  # dict of name -> bytes, or an error message
     _progressed = QtCore.Signal(int, int, object)
@@ -77,6 +78,7 @@ class HubDownload(QtWidgets.QWidget):
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
         self._cancelled = threading.Event()
+        self.downloading = ""  # the model being downloaded
         self.look_up.clicked.connect(self._look_up)
         self.repo.returnPressed.connect(self._look_up)
         self.models.activated.connect(self._picked)
@@ -158,6 +160,7 @@ class HubDownload(QtWidgets.QWidget):
         self.look_up.setEnabled(False)
         self.cancel.setEnabled(True)
         self.bar.setRange(0, 0)
+        self.downloading = name
         self.status.setText(f"downloading {name}…")
         progress = progress_class(lambda done, total, rate: self._progressed.emit(done, total, rate), self._cancelled)
         threading.Thread(target=self._fetch, args=(name, progress), name="swarm-panel-download", daemon=True).start()
@@ -180,8 +183,11 @@ class HubDownload(QtWidgets.QWidget):
         self.bar.setRange(0, 1)
         self.bar.setValue(1 if path else 0)
         self._idle()
+        name, self.downloading = self.downloading, ""
         if error:
             self.status.setText(str(error))
+            if not self._cancelled.is_set():
+                self.failed.emit(name, str(error))
             return
         self.status.setText(f"downloaded: {path}")
         self.downloaded.emit(str(path))

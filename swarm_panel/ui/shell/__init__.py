@@ -1,3 +1,4 @@
 """The application shell: the `swarm-panel` command (the composition root that adds the desktop's
-commands to app's), the app and its main window, the status bar and exports. Imports every ui room.
+commands to app's), the app and its main window, its life on the desktop (`desktop_life`: tray,
+notifications, the close question) and its Desktop menu, the status bar and exports. Imports every ui room.
 """

@@ -1,6 +1,8 @@
 """The desktop app: Qt hosts asyncio through qasync; the HTTP server is a task on that loop, the
-engine runs on its own thread, the window pulls snapshots on a timer. Closing the window stops the
-swarm, the engine and the server (the port is released) before the function returns.
+engine runs on its own thread, the window pulls snapshots on a timer. One panel runs per user and
+settings file: a second launch raises the first's window and returns 0. Quitting (the window closed
+with nothing running, or the close question answered so) stops the swarm, the coding agents, the
+engine and the server (the port is released) before the function returns; the tray keeps it serving.
 """
 
 from __future__ import annotations
@@ -16,38 +18,47 @@ log = logging.getLogger(__name__)
 FIRST_LAUNCH_AGENTS = 8
 
 
-def asset(name: str) -> Path:
-    """A file under assets/, from a source checkout or a PyInstaller bundle."""
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
-    return base / "assets" / name
-
-
 def run_gui(engine: str | None = None, model: Path | str | None = None, port: int | None = None,
             swarm: int | None = None, screenshot: Path | str | None = None, quit_after: float | None = None,
             policy: str | None = None, switch: str | None = None, settings_file: Path | str | None = None,
-            backends: list | None = None) -> int:
-    """Opens the window and runs until it closes; returns the exit status.
+            backends: list | None = None, new_instance: bool = False) -> int:
+    """Opens the window and runs until it quits; returns the exit status.
 
     switch: "POLICY@SECONDS" switches the policy that many seconds in (for scripted captures).
     backends: BackendConfigs to open on, the endpoint serving through the gateway in front of them.
+    new_instance: a second panel on purpose, beside one already running on the same settings.
     """
     import qasync
     from PySide6 import QtWidgets
 
     from swarm_panel.app.service.engine_service import share_the_interpreter
+    from swarm_panel.ui.desktop.icon import app_icon
+    from swarm_panel.ui.desktop.single_instance import Running, claim
     from swarm_panel.ui.toolkit import theme
     from swarm_panel.ui.toolkit.gui_gc import collect_on_gui_thread
+    from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
     share_the_interpreter()
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("swarm-panel")
     app.setOrganizationName("swarm-panel")
     app.setStyle("Fusion")
-    app.setQuitOnLastWindowClosed(False)
-    from PySide6 import QtGui
-
-    if asset("icon.png").is_file():
-        app.setWindowIcon(QtGui.QIcon(str(asset("icon.png"))))  # the coroutine below ends the loop, after shutting down
+    app.setQuitOnLastWindowClosed(False)  # the coroutine below ends the loop, after shutting down
+    app.setDesktopFileName("swarm-panel")  # the menu entry `swarm-panel desktop install` writes
+    app.setWindowIcon(app_icon())
+    store = SettingsStore(settings_file)
+    instance = None
+    if not new_instance:
+        try:
+            instance = claim(store.file_name)
+        except RuntimeError as exc:
+            print(f"swarm-panel: error: {exc}", file=sys.stderr)
+            return 1
+        if isinstance(instance, Running):
+            where = f", serving {instance.url}" if instance.url else ""
+            print(f"swarm-panel is already running (pid {instance.pid}{where}): its window was brought to the front. "
+                  "`swarm-panel gui --new-instance` starts a second panel.", flush=True)
+            return 0
     theme.configure_pyqtgraph()
     app.setStyleSheet(theme.STYLESHEET)
     loop = qasync.QEventLoop(app)
@@ -62,10 +73,12 @@ def run_gui(engine: str | None = None, model: Path | str | None = None, port: in
     try:
         with loop, collect_on_gui_thread():
             return loop.run_until_complete(_main(engine, model, port, swarm, screenshot, quit_after, policy, switch,
-                                                 settings_file, backends))
+                                                 store, backends, instance, new_instance))
     finally:
         sys.set_asyncgen_hooks(*hooks)
         asyncio.set_event_loop(None)
+        if instance is not None:
+            instance.release()
 
 
 def _settings(store, engine, model, port, policy, backends=None):
@@ -121,16 +134,16 @@ def _opens_on_fleet(store, settings, engine, model, backends) -> bool:
     return engine is None and model is None and bool(store.get("fleet")) and bool(settings.backends)
 
 
-async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, settings_file, backends) -> int:
+async def _main(engine, model, port, swarm, screenshot, quit_after, policy, switch, store, backends, instance,
+                new_instance) -> int:
     from pydantic import SecretStr
 
     from swarm_panel.app.server.http_server import HttpServer, PortInUse
     from swarm_panel.app.service.engine_service import SwarmService
+    from swarm_panel.ui.shell.desktop_life import DesktopLife
     from swarm_panel.ui.shell.main_window import MainWindow
-    from swarm_panel.ui.toolkit.settings_store import SettingsStore
 
     loop = asyncio.get_running_loop()
-    store = SettingsStore(settings_file)
     settings = _settings(store, engine, model, port, policy, backends)
     fleet = _opens_on_fleet(store, settings, engine, model, backends)
     if swarm is None and store.get("engine") is None and not fleet:
@@ -140,6 +153,12 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         swarm = FIRST_LAUNCH_AGENTS
     service = SwarmService(settings, leave_a_core=True)
     window = MainWindow(service, store)
+    life = DesktopLife(window, instance)
+    # Ctrl-C in the terminal and a session's logout quit as the menu's Quit does, without asking.
+    replaced = {}
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) in (default, signal.SIG_DFL):
+            replaced[sig] = signal.signal(sig, lambda *_: window.quit_now())
     if screenshot is not None:
         # A fixed size for scripted captures (offscreen, its screen is 800 x 600), whatever was remembered.
         window.fits_screen = False
@@ -173,21 +192,25 @@ async def _main(engine, model, port, swarm, screenshot, quit_after, policy, swit
         http = None
         window.set_endpoint(None, f"The endpoint is off: {exc}")
     window.attach_endpoint(http)
+    if new_instance:
+        where = f"on port {http.url.rsplit(':', 1)[-1]}" if http is not None else "without an endpoint"
+        window.setWindowTitle(f"swarm-panel, a second instance {where}: continuous batching for a local agent swarm")
     if fleet:
         window.load_fleet(settings.backends)
-
-    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_DFL):
-        signal.signal(signal.SIGINT, lambda *_: window.close())
 
     try:
         return await _run_until_closed(window, http, loaded, closed, swarm, switch, screenshot, quit_after)
     finally:
-        if window.isVisible():
-            window.close()  # an error on the way must not leave the engine running
+        if not window.shut:
+            window.quit_now()  # an error on the way must not leave the engine running
+        life.close()
         await window.launcher.stop_and_wait(timeout=0.5)
+        await window.harness.launcher.stop_all()  # SIGTERM, then SIGKILL after a grace; their worktrees stay
         await window.fleet.close()
         if http is not None:
             await http.stop()
+        for sig, handler in replaced.items():  # the window they quit is gone
+            signal.signal(sig, handler)
         await asyncio.get_running_loop().shutdown_asyncgens()  # qasync does not; asyncio.run would
 
 
@@ -211,7 +234,7 @@ async def _run_until_closed(window, http, loaded, closed, swarm, switch, screens
                 if not window.grab().save(str(screenshot)):
                     log.error("could not write %s", screenshot)
                     exit_code = 1
-            window.close()
+            window.quit_now()
 
         loop.call_later(quit_after, capture_and_close)
 

@@ -1,7 +1,7 @@
 """The `swarm-panel` console script: app's headless commands plus the desktop's.
 
-The composition root: it hands app.cli.main the panel's subcommand (gui), the panel to open when no
-subcommand is given, and the fleet window `gateway --panel` opens; app itself never imports ui.
+The composition root: it hands app.cli.main the desktop's subcommands (gui, desktop), gui as the one run
+when none is named, and the fleet window `gateway --panel` opens; app itself never imports ui.
 Importing this module imports no Qt; a desktop command loads it when it runs.
 """
 
@@ -12,13 +12,12 @@ from pathlib import Path
 
 from swarm_panel.app.cli import main as cli
 from swarm_panel.app.settings.schema import Settings
-from swarm_panel.ui.shell import cli_gui
+from swarm_panel.ui.shell import cli_desktop, cli_gui
 
 
-def _open_panel() -> int:
-    from swarm_panel.ui.shell.app_main import run_gui
-
-    return run_gui()
+def _register(sub) -> None:
+    cli_gui.register(sub)
+    cli_desktop.register(sub)
 
 
 def _fleet_window(settings: Settings, screenshot: Path | None, quit_after: float | None) -> int:
@@ -27,7 +26,7 @@ def _fleet_window(settings: Settings, screenshot: Path | None, quit_after: float
     return run_fleet_window(settings, screenshot=screenshot, quit_after=quit_after)
 
 
-FRONT_END = cli.FrontEnd(register=cli_gui.register, open_panel=_open_panel, fleet_window=_fleet_window)
+FRONT_END = cli.FrontEnd(register=_register, default="gui", fleet_window=_fleet_window)
 
 
 def build_parser():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from functools import partial
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -116,6 +117,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.refresh_seconds: list[float] = []
         self._fresh_layout = False  # arranged for this screen's size, not restored: the agents table wants its rows
         self.fits_screen = True  # off for a scripted capture of a fixed size
+        # Asked before a close (True: quit); its argument says whether a Quit was asked for outright. None: quit.
+        self.close_guard: Callable[[bool], bool] | None = None
+        self._outright = self._forced = False
+        self.shut = False  # shut down: the engine stopped, the settings saved
+        self.http = None  # the HttpServer the app runs the endpoint on
 
         self.controls = SchedulerControls(self.apply_scheduler)
         self.kpis = KpiStrip()
@@ -125,7 +131,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.service_plot = ServicePlot()
         self.timeline = LaneTimeline()
         self.launcher = SwarmLauncher(lambda: self.service.engine_thread)
-        self.ab = ABRun(self.feed, self.apply_scheduler, self.launcher, self._current_policy, self._ceiling)
+        self.ab = ABRun(self.feed, self.apply_scheduler, self.launcher, self.current_policy, self._ceiling)
         self.engine_panel = EnginePanel()
         self.cache_panel = CachePanel(self.apply_scheduler)
         self.endpoint = EndpointPanel()
@@ -211,7 +217,7 @@ class MainWindow(QtWidgets.QMainWindow):
         menu = self.menuBar().addMenu("&File")
         for text, slot, shortcut in (("Export figures (CSV/JSON)…", self._export_figures_dialog, "Ctrl+E"),
                                      ("Export plots (PNG)…", self._export_png_dialog, "Ctrl+P"),
-                                     ("Quit", self.close, "Ctrl+Q")):
+                                     ("Quit", self.quit, "Ctrl+Q")):
             action = QtGui.QAction(text, self)
             action.setShortcut(shortcut)
             action.triggered.connect(slot)
@@ -248,7 +254,7 @@ class MainWindow(QtWidgets.QMainWindow):
         except (ValueError, RuntimeError) as exc:
             self.statusBar().showMessage(f"priority not set: {exc}", 5000)
 
-    def _current_policy(self) -> str:
+    def current_policy(self) -> str:
         return self.service.engine_thread.config.policy if self.service.loaded else ""
 
     def _ceiling(self) -> float | None:
@@ -373,6 +379,11 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # -- engine loading --------------------------------------------------------------------------
 
+    @property
+    def loading(self) -> bool:
+        """An engine or a fleet is being started."""
+        return self._loading
+
     def start_engine(self) -> None:
         """Loads the engine the service's settings name, off the GUI thread."""
         if self.service.loaded:
@@ -491,6 +502,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def attach_endpoint(self, http) -> None:
         """The HttpServer the panel's endpoint runs on: the fleet mode swaps what it serves."""
+        self.http = http
         self.fleet.attach(http)
 
     def set_endpoint(self, url: str | None, note: str = "") -> None:
@@ -638,6 +650,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.plot_actions[name].setChecked(False)
         self.agents.set_hidden_columns(self.store.get("agents_hidden_columns", []) or [])
         self.launcher.set_values(self.store.get("swarm", {}))
+        self.harness.set_values(self.store.get("coding_agents", {}) or {})
         self.ab.seconds.setValue(int(self.store.get("ab_seconds", self.ab.seconds.value())))
         model = self.store.get("model_path", "") or ""
         if choice_for("llama", model or None) == "gguf":
@@ -650,6 +663,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.store.set("plots_hidden", [name for name, action in self.plot_actions.items() if not action.isChecked()])
         self.store.set("agents_hidden_columns", self.agents.hidden_columns())
         self.store.set("swarm", self.launcher.values())
+        self.store.set("coding_agents", self.harness.values())
         self.store.set("ab_seconds", self.ab.seconds.value())
         settings = self.service.settings
         self.store.set("engine", settings.engine)
@@ -684,7 +698,32 @@ class MainWindow(QtWidgets.QMainWindow):
         self.fleet.stop()
         self.service.stop()
 
+    def raise_dock(self, name: str) -> None:
+        dock = self.docks[name]
+        dock.show()
+        dock.raise_()
+
+    def quit(self) -> None:
+        """Quit asked for outright (the menu, the tray): the close guard may still ask, but never offers the tray."""
+        self._outright = True
+        try:
+            self.close()
+        finally:
+            self._outright = False
+
+    def quit_now(self) -> None:
+        """Quits without asking (Ctrl-C in the terminal, a scripted capture, an error on the way)."""
+        self._forced = True
+        self.close()
+
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt API)
+        if self.shut:
+            event.accept()
+            return
+        if not self._forced and self.close_guard is not None and not self.close_guard(self._outright):
+            event.ignore()
+            return
+        self.shut = True
         self.shutdown()
         event.accept()
         self.closed.emit()

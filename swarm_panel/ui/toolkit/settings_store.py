@@ -51,6 +51,11 @@ class SettingsStore:
                 return f"the value of {key!r} is not what the panel writes"
         return None
 
+    @property
+    def file_name(self) -> str:
+        """The file Qt keeps it in: one panel runs per file (ui.desktop.single_instance)."""
+        return self._q.fileName()
+
     def get(self, key: str, default: Any = None) -> Any:
         raw = self._q.value(key)
         if raw is None:

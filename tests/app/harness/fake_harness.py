@@ -6,7 +6,8 @@ harness installed. The task picks what it does:
 - "hang": starts a child, both ignore SIGTERM, and sleeps (a stop must kill the whole group);
 - "fail": complains on stderr and exits 3;
 - "quiet": says "done" and exits 0 without a request (no server needed);
-- "slow": as "quiet", two seconds later.
+- "slow": as "quiet", two seconds later;
+- "edit": adds two lines to hello.py in its working folder and exits 0 without a request.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ if task == "hang":
 elif task in ("quiet", "slow"):
     time.sleep(2 if task == "slow" else 0)
     print("done")
+elif task == "edit":
+    with open("hello.py", "a") as f:
+        f.write("print('and more')\\nprint('and again')\\n")
+    print("edited")
 elif task == "fail":
     print("fake-agent: cannot do that", file=sys.stderr)
     sys.exit(3)
