@@ -65,7 +65,7 @@ KIT_LIMIT_MB=40
 # llama-cpp-python's, resolved for the GPU machine's Python; numpy is left out (the machine has it).
 KIT_PYTHON=3.12
 KIT_REQUIREMENTS=(fastapi uvicorn pydantic pydantic-settings platformdirs gguf diskcache jinja2 httpx anyio
-                  prometheus-client typing-extensions)
+                  prometheus-client typing-extensions pytest pytest-timeout)
 
 mode=run
 from=""
@@ -383,6 +383,7 @@ dry_run() {
     say "                         cmake ${a[*]} <the CUDA paths found there>"
     say "                         cmake --build $BUILD -j\$(nproc) --target llama   (ggml, ggml-cuda)"
     say "phase llama_cpp package  $SRC/llama_cpp with $BUILD/bin/lib*.so in llama_cpp/lib, at $PYPKG"
+    say "phase gpu suite          $PY -m pytest -m gpu tests/gpu   (correctness with every layer offloaded, first)"
     say "phase model (background) swarm-panel demo-model $MODEL --arch qwen35 --shape $SHAPE   (Q4_K_M)"
     say "phase build: llama-server cmake --build $BUILD -j\$(nproc) --target llama-server llama-batched-bench"
     lines a bench_line_args
@@ -687,6 +688,10 @@ run() {
     local built=0 server=0 modeled=0 rc
     if phase "build: libllama, ggml-cuda" "$BUDGET" build_libs; then
         phase "llama_cpp package" 60 stage_python && built=1
+    fi
+    # Correctness on the card before any figure: the gpu suite on its tiny models (tests/gpu, docs/gpu.md).
+    if [ "$built" = 1 ]; then
+        measure "gpu suite" 180 bounded "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider
     fi
     if [ "$built" = 1 ]; then
         say ""

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "benchmarks" / "gpu_check.sh"
 TRIM = ROOT / "benchmarks" / "trim_llama_source.sh"
 
-PHASES = ("preflight", "build: libllama", "llama_cpp package", "model (background)", "build: llama-server",
+PHASES = ("preflight", "build: libllama", "llama_cpp package", "gpu suite", "model (background)", "build: llama-server",
           "(a) step line", "(b) continuous", "(b) naive", "(b) shrinking", "(c) fixed lengths", "(c) real agents")
 
 

@@ -8,6 +8,7 @@ window; app never imports ui.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import sys
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from swarm_panel.app.cli import gateway as gateway_cli
 from swarm_panel.app.cli import plan as plan_cli
 from swarm_panel.app.cli import pull as pull_cli
 from swarm_panel.app.cli import swarm as swarm_cli
+from swarm_panel.app.supervisor.supervise import Crash, supervise, supervised
 from swarm_panel.runtime.core.engine import EngineLoadError
 
 GLOBAL_FLAGS = ("-v", "--verbose")
@@ -31,6 +33,12 @@ class FrontEnd:
     register: Callable[[argparse._SubParsersAction], None]  # adds its subcommands
     default: str  # one of them, run when no subcommand is named
     fleet_window: gateway_cli.FleetWindow  # `gateway --panel`
+    # After the panel's process crashed in native code: whether to start it again (asks the user).
+    offer_restart: Callable[[Crash], bool] = lambda crash: False
+
+
+# Commands that serve for hours: a native crash in them is reported by a supervising process (app.supervisor).
+SUPERVISED = ("serve", "gui")
 
 
 def with_default(argv: list[str], default: str) -> list[str]:
@@ -68,8 +76,13 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> int:
+    """`argv` None: this process's own arguments, and the long-running commands run under a supervisor."""
+    # A native crash prints every thread's Python stack before the process dies.
+    faulthandler.enable()
     parser = build_parser(front_end)
+    from_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    given = argv
     if front_end is not None:
         argv = with_default(argv, front_end.default)
     args = parser.parse_args(argv)
@@ -80,6 +93,9 @@ def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> in
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if from_process and args.command in SUPERVISED and not supervised():
+        gui = front_end is not None and args.command == front_end.default
+        return supervise(given, front_end.offer_restart if gui else lambda crash: False)
     try:
         return args.run(args)
     except (ValueError, EngineLoadError) as exc:

@@ -15,6 +15,7 @@ from swarm_panel.app.service.plan_report import (
     DEFAULT_CARD_RESERVE,
     TARGET_ALIAS,
     both_ways,
+    device_memory,
     machine_ram,
     model_shape,
     parse_size,
@@ -34,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            notes={"model": f"or '{TARGET_ALIAS}': the target's shape from its config, no file needed",
                                   "flash_attn": "auto plans it on for a card (--vram) or a quantized KV"})
     p.add_argument("--context", type=int, default=None, help="tokens each lane may reach (default: n_ctx / lanes)")
-    p.add_argument("--vram", type=parse_size, default=None, help="the card's memory, e.g. 16GiB (default: plan "
-                   "for this machine's RAM)")
+    p.add_argument("--vram", type=parse_size, default=None, help="the card's memory, e.g. 16GiB (default: what "
+                   "the offload device has free on a GPU build, else this machine's RAM)")
     p.add_argument("--reserve", type=parse_size, default=None,
                    help=f"memory the card's driver keeps (default {DEFAULT_CARD_RESERVE >> 20} MiB with --vram, "
                         "0 without)")
@@ -46,9 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = Settings(**given(args, PLAN_FIELDS))
     shape = model_shape(settings.model)
-    card = args.vram is not None
-    device = args.vram if card else machine_ram()
-    reserve = args.reserve if args.reserve is not None else (DEFAULT_CARD_RESERVE if card else 0)
+    # Without --vram: the offload device's own memory where this build offloads to one, else this machine's RAM.
+    on_device = device_memory(settings) if args.vram is None else None
+    card = args.vram is not None or on_device is not None
+    device = args.vram or on_device or machine_ram()
+    # A device's free memory is already what its driver leaves; --vram names the card's whole memory.
+    reserve = args.reserve if args.reserve is not None else (DEFAULT_CARD_RESERVE if args.vram is not None else 0)
     plan = settings_plan(settings, device_bytes=device, reserve=reserve, context=args.context, card=card,
                          shape=shape)
     if args.json:

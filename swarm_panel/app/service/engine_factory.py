@@ -61,6 +61,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     if o.engine == "modeled":
         return ModeledEngine(PROFILES[o.profile].with_kv_type(o.kv_type), realtime=realtime,
                              max_lanes=max(max_lanes, LIVE_LANE_HEADROOM))
+    from swarm_panel.runtime.llama.backend_sampling import choose_backend_sampling
     from swarm_panel.runtime.llama.cpu_tuning.door import engine_tuning
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
@@ -73,8 +74,10 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     tuning = engine_tuning(path, offloaded=not on_cpu(o.n_gpu_layers), extra_buffers=o.extra_buffers,
                            flash_attn=o.flash_attn, layout=ProbeLayout(o.n_ctx, max_lanes, unified),
                            kv_type=o.kv_type, n_threads=o.threads, progress=progress)
-    log.info("loading %s (extra buffer types: %s; flash attention: %s)", path, tuning.extra_buffers_reason,
-             tuning.flash_attn_reason)
+    backend_sampling, backend_sampling_reason = choose_backend_sampling(o.backend_sampling,
+                                                                       offloads=not on_cpu(o.n_gpu_layers))
+    log.info("loading %s (extra buffer types: %s; flash attention: %s; sampling in the graph: %s)", path,
+             tuning.extra_buffers_reason, tuning.flash_attn_reason, backend_sampling_reason)
     return LlamaEngine(
         path,
         # Split KV divides the context by the lanes, so it gets exactly the lanes asked for.
@@ -93,7 +96,8 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
         leave_a_core=leave_a_core,
         extra_buffers=tuning.extra_buffers,
         extra_buffers_reason=tuning.extra_buffers_reason,
-        backend_sampling=o.backend_sampling == "on" or (o.backend_sampling == "auto" and not on_cpu(o.n_gpu_layers)),
+        backend_sampling=backend_sampling,
+        backend_sampling_reason=backend_sampling_reason,
         note=note,
         checkpoint_budget_bytes=o.checkpoint_budget_mb << 20,
         park_cached=o.park_budget_mb > 0,

@@ -101,6 +101,17 @@ def offloads(settings: Settings) -> bool:
     return not on_cpu(settings.n_gpu_layers)
 
 
+def device_memory(settings: Settings) -> int | None:
+    """What the offload device has free, where these settings put the weights on one (None: the CPU's, or a
+    device that does not say)."""
+    if not offloads(settings):
+        return None
+    from swarm_panel.runtime.llama.devices import offload_devices
+
+    devices = offload_devices()
+    return devices[0].free_bytes if devices and devices[0].free_bytes else None
+
+
 def report(plan: MemoryPlan) -> list[str]:
     s, shape = plan.settings, plan.shape
     kind = (f"{shape.attention_layers} attention + {shape.recurrent_layers} recurrent layers" if shape.hybrid

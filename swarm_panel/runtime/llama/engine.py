@@ -44,6 +44,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from swarm_panel.runtime.core.black_box import black_box
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
 from swarm_panel.runtime.core.engine import (
     EngineCaps,
@@ -65,6 +66,8 @@ from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost, RowSpan, plan_calls, ubatch_features
+from swarm_panel.runtime.llama.device_fit import device_shortfall
+from swarm_panel.runtime.llama.devices import idle_gpu_backends, offload_devices
 from swarm_panel.runtime.llama.greedy_sampler import GreedySampler, choose_rows
 from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
 from swarm_panel.runtime.llama.memory import ATTENTION, MemoryRefused, SequenceMemory, memory_kind
@@ -80,6 +83,7 @@ from swarm_panel.runtime.llama.sampling import (
     token_logprob,
 )
 from swarm_panel.runtime.llama.vocab import LlamaVocab
+from swarm_panel.runtime.planning.memory_plan import PlanSettings
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +172,7 @@ class LlamaEngine:
         widens: bool = False,
         prefix_store: PrefixStoreOptions | None = None,
         backend_sampling: bool = False,
+        backend_sampling_reason: str = "as asked for",
         progress: Progress = no_progress,
     ) -> None:
         self._model = self._ctx = None
@@ -230,6 +235,13 @@ class LlamaEngine:
         # llama.cpp's backend sampling: a request's chain runs inside the compute graph, so only its
         # token comes back, not the vocabulary's logits (runtime.llama.sampling.runs_on_backend says which).
         self.backend_sampling = backend_sampling
+        self.backend_sampling_reason = backend_sampling_reason
+        if n_gpu_layers < 0 and not on_cpu(n_gpu_layers):
+            shortfall = device_shortfall(self.path, PlanSettings(
+                lanes=max_lanes, context=max(n_ctx // max_lanes, 1), kv_type=kv_type, n_batch=n_batch,
+                flash_attn=self.flash_attn != "off", kv_unified=kv_unified))
+            if shortfall:
+                raise ModelLoadError(f"cannot load model {self.path}: {shortfall}")
         self._model = self._load_model(n_gpu_layers, progress)
         try:
             self.memory_kind = memory_kind(self._model)
@@ -470,10 +482,18 @@ class LlamaEngine:
             extra_buffers=self.extra_buffers,
             extra_buffers_reason=self.extra_buffers_reason,
             backend_sampling=self.backend_sampling,
+            backend_sampling_reason=self.backend_sampling_reason,
             note=self.note,
-            device="CPU" if on_cpu(self.n_gpu_layers) else "GPU",
+            device=self._device_name(),
         )
         return facts
+
+    def _device_name(self) -> str:
+        if on_cpu(self.n_gpu_layers):
+            idle = idle_gpu_backends()
+            return f"CPU (this {', '.join(idle)} build found no device)" if idle else "CPU"
+        devices = offload_devices()
+        return devices[0].line() if devices else "GPU"
 
     # ----- Engine protocol -----
 
@@ -984,6 +1004,9 @@ class LlamaEngine:
             if row.checkpoint_start:
                 self._memory.snapshot(seq_id, row.request.token_ids[:row.start])
         take_recent_problems()
+        box = black_box()
+        if box is not None:
+            box.record(self._step_shape(admitted))
         wall, cpu = time.perf_counter(), time.thread_time()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code == 0:
@@ -1020,6 +1043,16 @@ class LlamaEngine:
                               f"(capacity {self.kv_capacity})")
         problems = "; ".join(take_recent_problems())
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
+
+    def _step_shape(self, admitted: list[tuple[int, Row]]) -> str:
+        """The llama_decode call about to run, in words a crash report can carry."""
+        lanes = [self._lanes.get(row.request.request_id) for _, row in admitted]
+        graph = sorted(lane.seq_id for lane in lanes if lane is not None and lane.on_backend)
+        rows = ", ".join(f"seq {seq_id} @{row.start}+{len(row.tokens)}" for seq_id, row in admitted)
+        return (f"llama_decode: {self._batch.n_tokens} tokens, {len(admitted)} sequences, "
+                f"{self._token_batch.num_outputs} outputs; samplers in the graph: "
+                f"{', '.join(map(str, graph)) or 'none'} of {len(self._lanes)} lanes "
+                f"(backend sampling {'on' if self.backend_sampling else 'off'}); rows: {rows}")
 
     def _sampled(self, request: Request, index: int, token: int) -> Sample:
         """The token and whether it ends generation; runtime.serving.output_processor makes its text."""

@@ -10,7 +10,7 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.app.service.engine_factory import BUNDLED_ALIAS, DEMO_ALIAS
-from swarm_panel.app.service.plan_report import machine_ram, offloads, report, settings_plan
+from swarm_panel.app.service.plan_report import device_memory, machine_ram, offloads, report, settings_plan
 from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
@@ -65,6 +65,7 @@ FACT_LABELS = {
     "kv_layout": "KV layout", "flash_attn": "flash attention", "memory_kind": "memory",
     "checkpoints": "checkpoints",
     "checkpoint_bytes": "checkpoint memory", "n_threads": "threads", "extra_buffers_reason": "extra buffers",
+    "backend_sampling_reason": "sampling in the graph",
 }
 
 
@@ -77,7 +78,7 @@ FACT_TIPS = {
 }
 
 # Facts with long values get a row of their own.
-WIDE_FACTS = ("name", "device", "kv_layout", "extra_buffers_reason")
+WIDE_FACTS = ("name", "device", "kv_layout", "extra_buffers_reason", "backend_sampling_reason")
 
 
 def _format(key: str, value: Any) -> str:
@@ -261,8 +262,8 @@ class EnginePanel(QtWidgets.QGroupBox):
             return
         changes = engine_changes(choice, self.path.text().strip(), self.kv_unified, kv_type=self.kv_type.currentData())
         settings = self._settings.model_copy(update=changes)
-        # Offloaded weights go to a card whose memory this process cannot know before llama.cpp loads.
-        device = None if offloads(settings) else machine_ram()
+        # Offloaded weights go to the device, whose free memory its driver reports before anything loads.
+        device = device_memory(settings) if offloads(settings) else machine_ram()
         try:
             plan = settings_plan(settings, device_bytes=device)
         except (OSError, ValueError) as exc:
@@ -270,7 +271,7 @@ class EnginePanel(QtWidgets.QGroupBox):
             self.plan.setToolTip("")
             return
         gib = 1 << 30
-        where = f" of {device / gib:.1f} GiB RAM" if device else ""
+        where = f" of {device / gib:.1f} GiB {'free on the device' if offloads(settings) else 'RAM'}" if device else ""
         parts = f"weights {plan.weights / gib:.2f}, KV {plan.kv / gib:.2f}"
         if plan.recurrent:
             parts += f", recurrent {plan.recurrent / gib:.2f}"
@@ -295,7 +296,7 @@ class EnginePanel(QtWidgets.QGroupBox):
 
         def fit(model: str) -> str:
             chosen = settings.model_copy(update=engine_changes("gguf", model, kv_unified, kv_type=kv_type))
-            plan = settings_plan(chosen, device_bytes=None if offloads(chosen) else machine_ram())
+            plan = settings_plan(chosen, device_bytes=device_memory(chosen) if offloads(chosen) else machine_ram())
             need = f"{plan.device_total / (1 << 30):.1f} GiB for {plan.settings.lanes} x {plan.settings.context:,}"
             return f"fits: {need}" if plan.fits else f"does not fit: {need}"
 

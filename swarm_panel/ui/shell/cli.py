@@ -26,7 +26,13 @@ def _fleet_window(settings: Settings, screenshot: Path | None, quit_after: float
     return run_fleet_window(settings, screenshot=screenshot, quit_after=quit_after)
 
 
-FRONT_END = cli.FrontEnd(register=_register, default="gui", fleet_window=_fleet_window)
+def _offer_restart(crash) -> bool:
+    from swarm_panel.ui.shell.crash_dialog import offer_restart
+
+    return offer_restart(crash)
+
+
+FRONT_END = cli.FrontEnd(register=_register, default="gui", fleet_window=_fleet_window, offer_restart=_offer_restart)
 
 
 def build_parser():

@@ -52,6 +52,12 @@ def wait_for_window(env, process: subprocess.Popen) -> str:
     return panel_windows(env)[0]
 
 
+def panel_pid(process: subprocess.Popen) -> int:
+    """The panel's own process: `swarm-panel` runs it as the child of a supervisor (app.supervisor)."""
+    (child,) = (int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split())
+    return child
+
+
 def quit_panel(process: subprocess.Popen) -> int:
     process.send_signal(signal.SIGTERM)  # as a session's logout: the panel quits cleanly
     return process.wait(timeout=60)
@@ -80,7 +86,7 @@ def test_launching_twice_gives_one_panel_unless_asked_and_serve_names_it_on_its_
         second = subprocess.run([sys.executable, "-m", "swarm_panel", "gui", "--settings-file", str(settings)],
                                 env=session, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert second.returncode == 0, second.stderr
-        assert second.stdout.startswith(f"swarm-panel is already running (pid {first.pid}, serving "
+        assert second.stdout.startswith(f"swarm-panel is already running (pid {panel_pid(first)}, serving "
                                         f"http://127.0.0.1:{port}): its window was brought to the front.")
         assert panel_windows(session) == [window]
         deadline = time.monotonic() + 10
@@ -105,7 +111,7 @@ def test_launching_twice_gives_one_panel_unless_asked_and_serve_names_it_on_its_
         assert served.returncode == 1
         assert f"port {port} on 127.0.0.1 is already in use by " in served.stderr
         assert "python -m swarm_panel --engine modeled --settings-file" in served.stderr
-        assert f"(pid {first.pid}); stop it or pick another port" in served.stderr
+        assert f"(pid {panel_pid(first)}); stop it or pick another port" in served.stderr
     finally:
         assert quit_panel(first) == 0
 

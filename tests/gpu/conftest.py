@@ -1,0 +1,44 @@
+"""The `gpu` suite: what differs when layers are offloaded, run where llama.cpp sees a device.
+
+CI's GPU lane (.ci/run, then .ci/vulkan_lane) runs it on a Vulkan build over Mesa's lavapipe; on a card,
+`python -m pytest -m gpu` in a GPU build's environment runs the same (docs/gpu.md). Every LlamaEngine built
+here offloads every layer by default, so the engine tests imported from the CPU suite run on the device.
+Without a device the suite skips, unless SWARM_PANEL_REQUIRE_GPU is set (the lane sets it): then it fails.
+"""
+
+from __future__ import annotations
+
+import os
+
+import llama_cpp
+import pytest
+
+from swarm_panel.runtime.llama.devices import offload_devices
+from swarm_panel.runtime.llama.engine import LlamaEngine
+
+
+def _device_missing() -> str | None:
+    if not llama_cpp.llama_supports_gpu_offload():
+        return "this llama-cpp-python offloads to no device (a CPU build, or no device of its backend)"
+    if not offload_devices():
+        return "llama.cpp found no GPU device"
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _offloaded():
+    missing = _device_missing()
+    if missing:
+        if os.environ.get("SWARM_PANEL_REQUIRE_GPU"):
+            pytest.fail(f"SWARM_PANEL_REQUIRE_GPU is set but {missing}", pytrace=False)
+        pytest.skip(missing)
+    defaults = LlamaEngine.__init__.__kwdefaults__
+    saved = dict(defaults)
+    defaults["n_gpu_layers"] = -1
+    if os.environ.get("FA"): defaults["flash_attn"] = os.environ["FA"]
+    if os.environ.get("OV"):
+        from swarm_panel.runtime.serving.engine_loop import EngineLoop
+        EngineLoop.__init__.__defaults__ = EngineLoop.__init__.__defaults__[:-1] + (False,)
+    yield offload_devices()[0]
+    defaults.clear()
+    defaults.update(saved)
