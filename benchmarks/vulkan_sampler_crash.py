@@ -1,12 +1,14 @@
-"""The Vulkan crash with sampling in the graph, reduced to llama-cpp-python's low-level API (docs/gpu.md).
+"""The crash at six chats with sampling in the graph on lavapipe, reduced to llama-cpp-python's low-level API
+(docs/gpu.md, "The crash at six chats").
 
 Each run loads a model with every layer offloaded, attaches a greedy backend sampler (a chain of temperature 0)
-to sequences, and decodes them together. `late`: one more sampler is attached after a few decodes, as a server
+to sequences, and decodes them together. `late`: one more sampler is attached after five decode steps, as a server
 does whenever a request starts (llama_set_sampler makes the context re-reserve its scheduler). `early`: every
 sampler is attached before the first decode and the set never changes. Each case runs in its own process, and
 the script prints how many of them died, and of what.
 
     GGML_VK_VISIBLE_DEVICES=0 python benchmarks/vulkan_sampler_crash.py --runs 6     # lavapipe
+    GGML_VK_VISIBLE_DEVICES=0 VK_ICD_FILENAMES=.../lvp_icd.json python benchmarks/vulkan_sampler_crash.py   # another Mesa
     python benchmarks/vulkan_sampler_crash.py --model path/to/model.gguf             # a card
 """
 
@@ -57,11 +59,18 @@ def decode(rows):
 
 for seq in range(seqs):
     attach(seq)
-last = decode([(seq, 0, list(range(100 + seq, 124 + seq))) for seq in range(seqs)])
+# One sequence's prompt; then the others' prompts beside its first decode row; then decode rows.
+last = {0: decode([(0, 0, list(range(100, 124)))])[0]}
+rows = [(0, 24, [last[0]])] + [(seq, 0, list(range(200 + seq, 212 + seq))) for seq in range(1, seqs)]
+last = dict(zip(range(seqs), decode(rows)))
+pos = {seq: 25 if seq == 0 else 12 for seq in range(seqs)}
 for step in range(steps):
-    if late and step == 3:
-        attach(seqs)  # a sampler for a sequence that has not started yet: the graph is re-reserved
-    last = decode([(seq, 24 + step, [token]) for seq, token in enumerate(last)])
+    if late and step == 5:
+        attach(seqs + 1)  # a sampler for a sequence that has not started: the scheduler is re-reserved
+    tokens = decode([(seq, pos[seq], [last[seq]]) for seq in range(seqs)])
+    for seq, token in enumerate(tokens):
+        pos[seq] += 1
+        last[seq] = token
 print("ok")
 """
 
@@ -87,7 +96,7 @@ def main() -> int:
                 deaths.append(signal.Signals(-done.returncode).name)
             elif done.returncode != 0:
                 deaths.append(f"exit {done.returncode}")
-        print(f"samplers attached {'after 3 decodes' if case == 'late' else 'before the first decode'}: "
+        print(f"{'one more sampler attached after 5 decode steps' if case == 'late' else 'every sampler attached before the first decode'}: "
               f"{len(deaths)} of {args.runs} runs died" + (f" ({', '.join(deaths)})" if deaths else ""), flush=True)
     return 0
 

@@ -16,7 +16,8 @@ from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 
-pytestmark = pytest.mark.gpu
+# Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 AGENTS, TURNS, LANES = 32, 3, 8
 POLICIES = ("continuous", "fair", "naive", "continuous")

@@ -1,40 +1,42 @@
 """Whether requests' sampler chains run inside the compute graph (llama.cpp's backend sampling), and why.
 
-On a CPU it does not pay (docs/gpu.md, "Sampling in the graph"). On Vulkan, llama.cpp at the vendored
-commit crashes when a backend sampler is attached between two decodes (docs/gpu.md, "The Vulkan crash";
-benchmarks/vulkan_sampler_crash.py reproduces it with llama-cpp-python's API alone), which an engine
-serving agents does every time a request starts, so `auto` keeps it off there. Other GPU backends
-(CUDA, ROCm, Metal) get it: nothing has shown them crashing, though no card has stressed them yet.
+`auto` puts them there when layers are offloaded to a GPU, where the logits then stay on the card. On a CPU
+it does not pay (docs/gpu.md, "Sampling in the graph"), and neither on a software device that runs on the
+CPU, such as Mesa's lavapipe: there `auto` keeps it off. Mesa 22.3's lavapipe also corrupts its heap when a
+sampler is attached to a context that has decoded (docs/gpu.md, "The crash at six chats"), which a server
+does whenever a request starts; Mesa 25.0's does not.
 """
 
 from __future__ import annotations
 
 import logging
 
-from swarm_panel.runtime.llama.devices import offload_devices
+from swarm_panel.runtime.llama.devices import Device, offload_devices
 
 log = logging.getLogger(__name__)
 
-# Backends where attaching a backend sampler between decodes corrupts the heap (docs/gpu.md).
-CRASHING_BACKENDS = ("Vulkan",)
-VULKAN_CRASH = ("llama.cpp's Vulkan backend crashes when a sampler is attached between decodes "
-                "(docs/gpu.md, 'The Vulkan crash')")
+SOFTWARE_DEVICES = ("llvmpipe",)
+
+
+def software(device: Device) -> bool:
+    """A device that computes on the CPU (lavapipe reports itself as llvmpipe)."""
+    return any(name in device.description.lower() for name in SOFTWARE_DEVICES)
 
 
 def choose_backend_sampling(setting: str, offloads: bool) -> tuple[bool, str]:
     """(on, why) for the `backend_sampling` setting ('auto', 'on', 'off'), where layers are offloaded or not."""
     if setting == "off":
         return False, "off: as asked"
-    backends = sorted({device.backend for device in offload_devices()}) if offloads else []
-    crashing = [name for name in backends if name in CRASHING_BACKENDS]
+    devices = offload_devices() if offloads else []
+    on_software = [device for device in devices if software(device)]
     if setting == "on":
-        if crashing:
-            log.warning("sampling in the graph is on as asked, on %s, where %s", ", ".join(crashing), VULKAN_CRASH)
-            return True, f"on: as asked, though {VULKAN_CRASH}"
+        if on_software:
+            log.warning("sampling in the graph is on as asked, on %s: Mesa 22.3's lavapipe crashes with it "
+                        "(docs/gpu.md)", on_software[0].description)
         return True, "on: as asked"
     if not offloads:
         return False, "off: on a CPU the graph's samplers cost more than the logits' copy"
-    if crashing:
-        log.warning("sampling in the graph is off on %s: %s", ", ".join(crashing), VULKAN_CRASH)
-        return False, f"off on {', '.join(crashing)}: {VULKAN_CRASH}"
-    return True, f"on: layers offloaded to {', '.join(backends) or 'the GPU'}"
+    if on_software:
+        return False, (f"off on {on_software[0].description}, a device that runs on the CPU, where the graph's "
+                       "samplers cost more than the logits' copy (and Mesa 22.3's crashes with them)")
+    return True, f"on: layers offloaded to {', '.join(sorted({d.backend for d in devices})) or 'the GPU'}"

@@ -236,6 +236,10 @@ class LlamaEngine:
         # token comes back, not the vocabulary's logits (runtime.llama.sampling.runs_on_backend says which).
         self.backend_sampling = backend_sampling
         self.backend_sampling_reason = backend_sampling_reason
+        idle = idle_gpu_backends() if n_gpu_layers != 0 and on_cpu(n_gpu_layers) else []
+        if idle:
+            log.warning("this llama.cpp is built for %s but found no %s device: every layer runs on the CPU",
+                        " and ".join(idle), " or ".join(idle))
         if n_gpu_layers < 0 and not on_cpu(n_gpu_layers):
             shortfall = device_shortfall(self.path, PlanSettings(
                 lanes=max_lanes, context=max(n_ctx // max_lanes, 1), kv_type=kv_type, n_batch=n_batch,

@@ -11,8 +11,8 @@ def crash_box(crash: Crash) -> QtWidgets.QMessageBox:
     box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Critical, "swarm-panel: the engine crashed",
                                 f"The engine crashed ({crash.signal_name}), and the panel with it. Agents lost "
                                 "their server; their worktrees are kept.")
-    box.setInformativeText("Restart the panel? A crash on a GPU with sampling in the graph forced on is known on "
-                           "Vulkan: set it to auto in the engine box (docs/gpu.md).")
+    box.setInformativeText("Restart the panel? The details name the step it died in; docs/gpu.md lists the crashes "
+                           "known on GPU drivers.")
     box.setDetailedText(crash.message())
     box.addButton("Restart", QtWidgets.QMessageBox.ButtonRole.AcceptRole)
     box.addButton("Quit", QtWidgets.QMessageBox.ButtonRole.RejectRole)
