@@ -8,7 +8,7 @@ sampler is attached before the first decode and the set never changes. Each case
 the script prints how many of them died, and of what.
 
     GGML_VK_VISIBLE_DEVICES=0 python benchmarks/vulkan_sampler_crash.py --runs 6     # lavapipe
-    GGML_VK_VISIBLE_DEVICES=0 VK_ICD_FILENAMES=.../lvp_icd.json python benchmarks/vulkan_sampler_crash.py   # another Mesa
+    GGML_VK_VISIBLE_DEVICES=0 VK_ICD_FILENAMES=.../lvp_icd.json python benchmarks/vulkan_sampler_crash.py
     python benchmarks/vulkan_sampler_crash.py --model path/to/model.gguf             # a card
 """
 
@@ -96,7 +96,9 @@ def main() -> int:
                 deaths.append(signal.Signals(-done.returncode).name)
             elif done.returncode != 0:
                 deaths.append(f"exit {done.returncode}")
-        print(f"{'one more sampler attached after 5 decode steps' if case == 'late' else 'every sampler attached before the first decode'}: "
+        what = "one more sampler attached after 5 decode steps" if case == "late" else \
+            "every sampler attached before the first decode"
+        print(f"{what}: "
               f"{len(deaths)} of {args.runs} runs died" + (f" ({', '.join(deaths)})" if deaths else ""), flush=True)
     return 0
 

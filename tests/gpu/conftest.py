@@ -35,10 +35,6 @@ def _offloaded():
     defaults = LlamaEngine.__init__.__kwdefaults__
     saved = dict(defaults)
     defaults["n_gpu_layers"] = -1
-    if os.environ.get("FA"): defaults["flash_attn"] = os.environ["FA"]
-    if os.environ.get("OV"):
-        from swarm_panel.runtime.serving.engine_loop import EngineLoop
-        EngineLoop.__init__.__defaults__ = EngineLoop.__init__.__defaults__[:-1] + (False,)
     yield offload_devices()[0]
     defaults.clear()
     defaults.update(saved)

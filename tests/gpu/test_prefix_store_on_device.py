@@ -1,9 +1,10 @@
-"""Stored prefixes on disk restored into the device's context: only what follows the head is computed, damaged files are refused (tests/runtime/llama/test_prefix_store.py, offloaded)."""
+"""Stored prefixes on disk restored into the device's context: only what follows the head is computed, damaged files
+are refused (tests/runtime/llama/test_prefix_store.py, offloaded)."""
 
 import pytest
 
 # The CPU suite's tests and fixtures, collected here again with every layer offloaded.
-from tests.runtime.llama.test_prefix_store import *
+from tests.runtime.llama.test_prefix_store import *  # noqa: F403
 
 # Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("openai", reason="the server tests' client")
 
 # The CPU suite's tests and fixtures, collected here again; the server's engine offloads by default.
-from tests.app.server.test_never_the_wrong_conversation import *
+from tests.app.server.test_never_the_wrong_conversation import *  # noqa: F403
 
 # Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

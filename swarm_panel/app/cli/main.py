@@ -77,10 +77,11 @@ def build_parser(front_end: FrontEnd | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> int:
     """`argv` None: this process's own arguments, and the long-running commands run under a supervisor."""
-    # A native crash prints every thread's Python stack before the process dies.
-    faulthandler.enable()
-    parser = build_parser(front_end)
     from_process = argv is None
+    if from_process:
+        # A native crash prints every thread's Python stack to stderr before the process dies.
+        faulthandler.enable()
+    parser = build_parser(front_end)
     argv = list(sys.argv[1:] if argv is None else argv)
     given = argv
     if front_end is not None:
