@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 
 import pytest
 
@@ -56,6 +55,5 @@ def test_a_signal_sent_to_the_supervisor_reaches_the_child_and_is_no_crash(sig):
               "signal.signal(signal.SIGINT, lambda *a: sys.exit(0))\n"
               "print('ready', flush=True); time.sleep(60)\n")
     threading.Timer(2.0, os.kill, (os.getpid(), sig)).start()
-    started = time.monotonic()
+    # Were the signal not forwarded, the child would sleep out its minute and pytest's timeout would end the test.
     assert run_child([], [sys.executable, "-c", script]) == (0, None)
-    assert time.monotonic() - started < 30
