@@ -8,21 +8,18 @@ import pytest
 
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
+from swarm_panel.runtime.core.request import Request, RequestStatus
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
+from tests.runtime.llama.test_hybrid_reuse import greedy
 
 # Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 LANES = 8
 SYSTEM = 48
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module", params=["unified", "split"])
