@@ -14,7 +14,6 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6 import QtWidgets  # noqa: E402
-from ui import theme  # noqa: E402
 
 from swarm_panel.runtime.core.clock import VirtualClock  # noqa: E402
 from swarm_panel.runtime.core.config import SchedulerConfig  # noqa: E402
@@ -23,6 +22,7 @@ from swarm_panel.runtime.scheduling.scheduler import Scheduler  # noqa: E402
 from swarm_panel.runtime.workloads.critical_path import CriticalPathWorkload  # noqa: E402
 from swarm_panel.runtime.workloads.critical_path_run import run_critical_path  # noqa: E402
 from swarm_panel.ui.plots.service_plot import ServicePlot  # noqa: E402
+from swarm_panel.ui.toolkit import theme  # noqa: E402
 
 SWITCHES = ((30.0, "fair"), (60.0, "las"))
 SAMPLE_S = 0.4

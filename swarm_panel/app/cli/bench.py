@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from swarm_panel.app.cli import bench_critical_path, bench_limit
+from swarm_panel.app.cli.workload_flags import add_workload_arguments, int_list
 from swarm_panel.app.service.engine_factory import add_engine_arguments, engine_for
 from swarm_panel.app.settings.flags import add_settings_arguments
 from swarm_panel.runtime.core.clock import RealClock, VirtualClock
@@ -30,43 +31,12 @@ from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkloa
 BENCH_DEFAULTS = {"engine": "modeled", "num_lanes": None}
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("lengths must be positive integers")
-    return values
-
-
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("workload")
-    group.add_argument("--agents", type=int, default=8, help="agents in the swarm (1..256)")
-    group.add_argument("--lengths", type=int_list, default=ARTICLE_LENGTHS,
-                       help="output lengths the agents cycle through, offset by agent (default: the article's)")
-    group.add_argument("--spread", type=float, default=1.0,
-                       help="scale of the lengths' distance from their mean: 0 = all equal, 1 = as given")
-    group.add_argument("--prompt-tokens", type=int, default=32,
-                       help="prompt length of every request (with --turns: each agent's task, after the system prompt)")
-    group.add_argument("--system-tokens", type=int, default=0,
-                       help="a system prompt of this many tokens, shared by every agent, starts every prompt")
-    group.add_argument("--turns", type=int, default=None,
-                       help="multi-turn agents: each of T turns resends the whole conversation (system prompt, task, "
-                            "every earlier reply and tool result); sets the requests per agent")
-    group.add_argument("--tool-tokens", type=int, default=64, help="tool result appended after each reply (--turns)")
-    group.add_argument("--real-agents", action="store_true",
-                       help="real agents: multi-turn coding chats (shared system prompt, varied tasks, tool results) "
-                            "that end when the model stops; --lengths, --spread and the token counts are unused")
-    group.add_argument("--reply-tokens", type=int, default=256,
-                       help="with --real-agents: most tokens one reply may take before it is cut off")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run the closed-loop swarm in-process under each policy",
                        description=__doc__)
     add_engine_arguments(p, layered=False, defaults=BENCH_DEFAULTS)
-    add_workload_arguments(p)
+    add_workload_arguments(p, lengths_default=ARTICLE_LENGTHS,
+                           lengths_help="output lengths the agents cycle through, offset by agent (default: the article's)")
     p.add_argument("--policy", choices=(*POLICY_NAMES, "all"), default="all",
                    help="one policy, or all the batching policies in turn (default all)")
     p.add_argument("--requests-per-agent", type=int, default=8)

@@ -22,6 +22,7 @@ import time
 from copy import copy
 from pathlib import Path
 
+from swarm_panel.app.cli.workload_flags import int_list
 from swarm_panel.app.service.engine_factory import engine_for
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
@@ -38,8 +39,6 @@ BATCHED_BENCH_TRIES = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from swarm_panel.app.cli.bench import int_list
-
     g = parser.add_argument_group("the limit beside us (--limit)")
     g.add_argument("--limit", action="store_true",
                    help="decode only, our engine in-process against llama-batched-bench at the same lanes, context, "
@@ -153,7 +152,7 @@ def batched_bench(args: argparse.Namespace, width: int, setup: dict) -> float:
     # A libstdc++ preloaded for llama_cpp's sake (benchmarks/gpu_check.sh) leaves this C++ program silent.
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     for _ in range(BATCHED_BENCH_TRIES):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=1800, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"llama-batched-bench failed ({done.returncode}): {done.stderr[-400:]}")
         results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

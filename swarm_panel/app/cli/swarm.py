@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 
-from swarm_panel.app.cli.bench import int_list
+from swarm_panel.app.cli.workload_flags import add_workload_arguments
 from swarm_panel.app.loadgen.swarm import LENGTH_PRESETS, SwarmConfig, SwarmReport, run_swarm
 from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathWorkload
 
@@ -15,26 +15,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("swarm", help="drive an OpenAI-compatible endpoint with closed-loop agents",
                        description=__doc__)
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (with or without /v1)")
-    p.add_argument("--agents", type=int, default=8)
+    add_workload_arguments(p, lengths_default=None,
+                           lengths_help="output lengths the agents cycle through (default: --preset's)")
+    p.add_argument("--preset", choices=sorted(LENGTH_PRESETS), default="article")
     p.add_argument("--seconds", type=float, default=None, help="run this long (cuts off requests in flight)")
     p.add_argument("--requests-per-agent", type=int, default=None, help="or stop after this many per agent")
-    p.add_argument("--lengths", type=int_list, default=None,
-                   help="output lengths the agents cycle through (default: the article's 40..900)")
-    p.add_argument("--preset", choices=sorted(LENGTH_PRESETS), default="article")
-    p.add_argument("--spread", type=float, default=1.0)
-    p.add_argument("--prompt-tokens", type=int, default=32, help="each request's prompt (with --turns: the task)")
     p.add_argument("--long-prompt-tokens", type=int, default=0,
                    help="the first agent's prompts instead (a file pasted whole); the others' TTFT is shown apart")
-    p.add_argument("--system-tokens", type=int, default=0,
-                   help="a system message of about this many tokens, shared by every agent")
-    p.add_argument("--turns", type=int, default=None,
-                   help="multi-turn agents: T turns each, resending the growing messages list "
-                        "(reply + tool result appended per turn); sets --requests-per-agent")
-    p.add_argument("--tool-tokens", type=int, default=64, help="tool result appended after each reply (--turns)")
-    p.add_argument("--real-agents", action="store_true",
-                   help="real agents: coding chats of --turns turns (default 4), one after another, that end when "
-                        "the model stops; --lengths, --spread and the token counts are unused")
-    p.add_argument("--reply-tokens", type=int, default=256, help="with --real-agents: most tokens one reply may take")
     p.add_argument("--api-key", default=None)
     p.add_argument("--model", default="swarm-panel")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",

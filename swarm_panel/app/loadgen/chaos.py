@@ -1,6 +1,6 @@
 """A hostile swarm: agents that hang up mid-stream, send malformed requests, while the policy flips.
 
-Used by the reliability test (short), the soak script (long) and `swarm-panel chaos` against any
+Used by the reliability test (short) and `swarm-panel chaos` (as long as asked) against any
 OpenAI-compatible server, so this server and llama-server can be put through the same abuse.
 """
 
