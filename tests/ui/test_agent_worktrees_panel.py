@@ -16,7 +16,7 @@ def test_four_agents_reviewed_one_applied_one_refused(qtbot, qapp, tmp_path):
 
     repo = make_repo(tmp_path / "repo", {"story.txt": "one\ntwo\nthree\n"})
     kind = stand_in_kind(tmp_path)
-    launcher = Launcher(state_dir=tmp_path / "state")
+    launcher = Launcher(state_dir=tmp_path / "state", unconfined=True)
     panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)
     qtbot.addWidget(panel)
     panel.folder.setText(str(repo))

@@ -28,7 +28,7 @@ def make_panel(qtbot, tmp_path, log=None, url="http://127.0.0.1:9", grace_s=5.0)
     from swarm_panel.ui.panels.harness_panel import HarnessPanel
 
     fake, missing = fake_kind(tmp_path), missing_kind()
-    launcher = Launcher(log, state_dir=tmp_path / "state", grace_s=grace_s)
+    launcher = Launcher(log, state_dir=tmp_path / "state", grace_s=grace_s, unconfined=True)
     panel = HarnessPanel(log, lambda: url, kinds={fake.key: fake, missing.key: missing}, launcher=launcher)
     qtbot.addWidget(panel)
     return panel
