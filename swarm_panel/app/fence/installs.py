@@ -58,6 +58,8 @@ def _outermost_package(path: Path) -> Path | None:
     outermost = None
     for folder in path.parents:
         parent = folder.parent
+        if folder.name.startswith("@"):  # a scope (@openai), not a package
+            continue
         if parent.name == "node_modules" or (parent.name.startswith("@") and parent.parent.name == "node_modules"):
             outermost = folder
     return outermost

@@ -191,3 +191,18 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "State:\tZ" not in status
+
+
+def test_guarantees_say_what_each_fence_holds_here_and_why(monkeypatch):
+    from swarm_panel.app.fence.guarantees import ABSTRACT, ENV, NAMED_SOCKETS, PROC, SIGNALS, TREE, guarantees
+
+    none = {g.what: g for g in guarantees(Fence(NONE, reason="bubblewrap (bwrap) is not installed"))}
+    assert none[ENV].held and not any(g.held for what, g in none.items() if what != ENV)
+    assert "bubblewrap (bwrap) is not installed" in none[TREE].why
+    monkeypatch.setattr(landlock, "abi", lambda: 5)
+    monkeypatch.setattr(landlock, "probe_namespaces", lambda: "unshare: Operation not permitted")
+    held = {g.what: g.held for g in guarantees(Fence(LANDLOCK))}
+    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree.
+    assert held[TREE] and not held[PROC] and not held[SIGNALS] and not held[ABSTRACT] and not held[NAMED_SOCKETS]
+    bubblewrap = {g.what: g.held for g in guarantees(Fence(BWRAP, "/usr/bin/bwrap"))}
+    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and not bubblewrap[ABSTRACT]
