@@ -50,7 +50,7 @@ def main() -> int:
         os.environ["SWARM_PANEL_WORKTREES"] = str(folder / "worktrees")
         repo = make_repo(folder / "project", {"story.txt": "Once upon a time\nthere was a swarm.\nThe end.\n"})
         kind = stand_in_kind(folder)
-        launcher = Launcher(state_dir=folder / "state", unconfined=True)
+        launcher = Launcher(state_dir=folder / "state")
         panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)
         # The Coding agents dock above the Review dock, as two docks stacked in one column.
         shown = QtWidgets.QWidget()
