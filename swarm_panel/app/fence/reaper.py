@@ -26,8 +26,10 @@ KILL_SETTLE_S = 0.01  # between scans while killed processes are being torn down
 
 
 def processes() -> dict[int, tuple[int, str]]:
-    """Every process /proc lists: pid -> (parent pid, state letter)."""
-    found = {}
+    """Every process /proc lists: pid -> (parent pid, state letter); none without a /proc (not Linux)."""
+    found: dict[int, tuple[int, str]] = {}
+    if not Path("/proc").is_dir():
+        return found
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
