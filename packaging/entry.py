@@ -2,7 +2,7 @@
 
 import sys
 
-from swarm_panel.app.fence import landlock, landlock_exec
+from swarm_panel.app.fence import landlock_exec, program
 from swarm_panel.runtime.llama.cpu_tuning import extra_buffers_probe
 from swarm_panel.ui.shell.cli import main
 
@@ -11,6 +11,6 @@ if __name__ == "__main__":
     # program come back in through here.
     if sys.argv[1:2] == [extra_buffers_probe.FROZEN_FLAG]:
         sys.exit(extra_buffers_probe.main(sys.argv[2:]))
-    if sys.argv[1:2] == [landlock.FROZEN_FLAG]:
+    if sys.argv[1:2] == [program.FROZEN_FLAG]:
         sys.exit(landlock_exec.main(sys.argv[2:]))
     sys.exit(main())

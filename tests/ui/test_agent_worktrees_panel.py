@@ -18,6 +18,7 @@ def test_four_agents_reviewed_one_applied_one_refused(qtbot, qapp, tmp_path):
     kind = stand_in_kind(tmp_path)
     launcher = Launcher(state_dir=tmp_path / "state")
     panel = HarnessPanel(None, lambda: "http://127.0.0.1:9", kinds={kind.key: kind}, launcher=launcher)
+    panel.unconfined.setChecked(True)  # where no fence works here, launched unfenced
     qtbot.addWidget(panel)
     panel.folder.setText(str(repo))
     panel.task.setText(task(write={"story.txt": "one\n{name} wrote this\nthree\n", "notes.md": "# {name}\n"}))

@@ -24,12 +24,13 @@ def folder(tmp_path):
     return work
 
 
-def make_panel(qtbot, tmp_path, log=None, url="http://127.0.0.1:9", grace_s=5.0):
+def make_panel(qtbot, tmp_path, log=None, url="http://127.0.0.1:9", grace_s=5.0, fence=None):
     from swarm_panel.ui.panels.harness_panel import HarnessPanel
 
     fake, missing = fake_kind(tmp_path), missing_kind()
-    launcher = Launcher(log, state_dir=tmp_path / "state", grace_s=grace_s)
+    launcher = Launcher(log, state_dir=tmp_path / "state", grace_s=grace_s, fence=fence)
     panel = HarnessPanel(log, lambda: url, kinds={fake.key: fake, missing.key: missing}, launcher=launcher)
+    panel.unconfined.setChecked(True)  # where no fence works here, the tests launch unfenced
     qtbot.addWidget(panel)
     return panel
 
@@ -71,6 +72,23 @@ def test_each_harness_says_whether_it_is_installed_and_how_to_install_it(qtbot, 
     assert not panel.start()
     assert "npm install -g missing-agent" in panel.message.text()
     assert panel.table.rowCount() == 0
+
+
+def test_without_a_fence_start_is_refused_until_unconfined_is_checked(qtbot, qapp, tmp_path, folder):
+    from swarm_panel.app.fence.walls import NONE, Fence
+
+    panel = make_panel(qtbot, tmp_path, fence=Fence(NONE, reason="bubblewrap (bwrap) is not installed"))
+    panel.folder.setText(str(folder))
+    panel.unconfined.setChecked(False)
+    assert not panel.unconfined.isHidden()
+
+    async def scenario():
+        assert panel.start()
+        await until(lambda: "nothing was launched" in panel.message.text(), "the refusal")
+
+    on_loop(qapp, scenario)
+    assert "bubblewrap (bwrap) is not installed" in panel.message.text()
+    assert "Unconfined box" in panel.message.text() and panel.launcher.runs == []
 
 
 def test_without_the_apps_loop_nothing_starts(qtbot, tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm_panel.app.fence.choose import detect
 from swarm_panel.app.workspace.changes import changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
@@ -35,9 +34,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def print_workspaces() -> None:
     kept = all_workspaces()
-    fence = detect()
-    print(f"\nfence: {fence.describe()}")
-    print(f"agent workspaces kept in {default_root()}: {len(kept) or 'none'}")
+    print(f"\nagent workspaces kept in {default_root()}: {len(kept) or 'none'}")
     for ws in kept:
         print(f"{ws.name:<16} {ws.state():<12} {_changes(ws):<22} {ws.branch} from {ws.target}"
               f"{' (a copy)' if ws.mode == COPY else ''}")

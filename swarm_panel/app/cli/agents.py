@@ -1,7 +1,7 @@
 """`swarm-panel agents`: the coding-agent harnesses this machine has, and a run of real ones.
 
 `agents list` says which harnesses are installed (and the command that installs each one that is not), the
-fence launches run in, and the agents' kept workspaces.
+fence launches run in with what it holds on this machine, and the agents' kept workspaces.
 `agents run KIND --dir FOLDER` starts the engine and the endpoint in this process, on any free port
 unless --port is given, launches N agents of the kind against it, each in its own worktree of the folder
 (branch swarm-panel/NAME) inside the fence, waits for them to end (or --timeout, then stops them) and prints
@@ -21,9 +21,11 @@ import sys
 from swarm_panel.app.cli import agent_workspaces
 from swarm_panel.app.cli.serve import SERVE_FIELDS
 from swarm_panel.app.fence.choose import CHOICES, detect
+from swarm_panel.app.fence.guarantees import guarantees
+from swarm_panel.app.fence.walls import Fence
 from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOptions
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind, installed_version
-from swarm_panel.app.harness.launcher import DEFAULT_TASK, HarnessNotFound, HarnessRun, Launcher
+from swarm_panel.app.harness.launcher import DEFAULT_TASK, FenceRefused, HarnessNotFound, HarnessRun, Launcher
 from swarm_panel.app.server.http_server import HttpServer, PortInUse
 from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
 from swarm_panel.app.service.request_log import RequestRecord
@@ -56,11 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     run.add_argument("--fence", choices=CHOICES, default="auto",
                      help="which fence holds each harness: auto (bubblewrap where it works, else Landlock), or "
-                          "only the one named; none working, the harnesses run as --unconfined says (default auto)")
+                          "only the one named, refusing to launch where it cannot run (default auto)")
     run.add_argument("--unconfined", action="store_true",
-                     help="where no fence (bubblewrap or Landlock) works, give each harness its shell anyway: it then runs "
-                          "with your rights, outside its worktree too. Without this it runs in its own ask-first "
-                          "or read-only mode. No effect where the fence works")
+                     help="with --fence auto, where no fence (bubblewrap or Landlock) works, launch the harnesses "
+                          "anyway: they then run with your rights over all your files. Without this nothing is "
+                          "launched there. No effect where a fence works")
     run.add_argument("--request-timeout", type=float, default=None, metavar="S",
                      help="raise every harness's request and quiet-stream timeouts to S seconds (default: each "
                           "harness's own, which the server's keep-alives hold through a long prompt)")
@@ -84,6 +86,13 @@ def _positive(text: str) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    print_harnesses()
+    print_guarantees(detect())
+    agent_workspaces.print_workspaces()
+    return 0
+
+
+def print_harnesses() -> None:
     for kind in KINDS.values():
         path = kind.path()
         if path is None:
@@ -92,8 +101,13 @@ def run_list(args: argparse.Namespace) -> int:
             where = f"{installed_version(path) or 'version unknown'} at {path}"
         print(f"{kind.key:<12} {kind.display}: {where}")
         print(f"{'':<12} speaks {APIS[kind.api]}; its first turn needs ~{kind.context_tokens:,} tokens of context")
-    agent_workspaces.print_workspaces()
-    return 0
+
+
+def print_guarantees(fence: Fence) -> None:
+    """The fence: what each launch here is held to, and what it is not (with the kernel feature missing)."""
+    print(f"\nfence: {fence.describe()}")
+    for item in guarantees(fence):
+        print(f"  [{'held' if item.held else 'NOT held'}] {item.what}: {item.why}")
 
 
 def kind_named(name: str) -> HarnessKind:
@@ -123,12 +137,18 @@ def run_agents(args: argparse.Namespace) -> int:
     if not kind.found():
         raise HarnessNotFound(kind)
     preflight(args.dir)  # a folder no agent can start from is refused before the engine loads, not after
+    fence = detect(args.fence)
+    try:  # a launch the fence refuses is refused before the engine loads too
+        Launcher(unconfined=args.unconfined, fence=fence).confinement()
+    except FenceRefused as exc:
+        print(f"swarm-panel: error: {exc}", file=sys.stderr)
+        return 2
     settings = settings_for(args, kind)
     options = HarnessOptions(max_output_tokens=args.max_output_tokens, context_tokens=settings.n_ctx,
                              request_timeout_s=args.request_timeout,
                              api_key=settings.api_key.get_secret_value() if settings.api_key else None)
     try:
-        outcome = asyncio.run(launch_and_wait(settings, kind, args, options))
+        outcome = asyncio.run(launch_and_wait(settings, kind, args, options, fence))
     except PortInUse as exc:
         print(f"swarm-panel: error: {exc}", file=sys.stderr)
         return 1
@@ -146,7 +166,7 @@ def run_agents(args: argparse.Namespace) -> int:
 
 
 async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.Namespace,
-                          options: HarnessOptions) -> tuple[Launcher, list[HarnessRun]] | None:
+                          options: HarnessOptions, fence: Fence) -> tuple[Launcher, list[HarnessRun]] | None:
     share_the_interpreter()
     service = SwarmService(settings)
     http = HttpServer(service)
@@ -158,13 +178,11 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
         return None
     try:
         await http.start()
-        fence = await asyncio.to_thread(detect, args.fence)
         launcher = Launcher(service.requests, options=options, unconfined=args.unconfined, fence=fence)
         print(f"fence: {launcher.fence.describe()}", file=sys.stderr, flush=True)
         if not launcher.fence.available:
-            print("warning: the harnesses run with their shell unlocked and your rights (--unconfined)"
-                  if args.unconfined else "the harnesses run in their ask-first or read-only mode: no shell "
-                  "(--unconfined gives it back, unfenced)", file=sys.stderr, flush=True)
+            print("warning: the harnesses run unfenced, with your rights over all your files (--unconfined)",
+                  file=sys.stderr, flush=True)
         runs: list[HarnessRun] = []
         try:
             for session in range(1, args.sessions + 1):

@@ -1,9 +1,13 @@
 """The fence around a launched harness: bubblewrap where it works, else Landlock where the kernel has it,
-else none, said aloud with the reason.
+else none, said aloud with the reason (and then nothing is launched without the user's opt-in).
 
-walls: what a launch may write and read, and the fence chosen. bwrap and landlock: each fence's probe and
-command line; landlock_exec: the small program that applies a Landlock ruleset and becomes the harness.
-choose: which fence runs launches here, and the command line it gives.
+walls: what a launch may write and read, the fence chosen, the hidden folders and what is shown again from
+them; installs: a harness's install and interpreter, what it needs shown. bwrap and landlock: each fence's
+probe and command line. landlock_exec: the small program at the top of every fenced launch, which confines
+the harness under Landlock and reaps below it (reaper: every process ends with the harness); landlock_sys:
+the kernel's Landlock calls; lockdown: the prctl, capability, namespace and mount calls; program: how
+landlock_exec is started. choose: which fence runs launches here, and the command line it gives.
+guarantees: what the chosen fence holds on this machine.
 
-May import the standard library and `landlock` only; no Qt, no other room of app.
+May import the standard library only; no Qt, no other room of app.
 """

@@ -3,11 +3,16 @@ private /tmp, reads the rest of the system read-only, and shares the host's netw
 127.0.0.1 stays reachable (a network namespace of its own would have no loopback to the server).
 
 Mounts, in order (bwrap applies them in order, later ones on top of earlier ones):
-- `/` read-only, a fresh /dev and /proc (its own pid namespace: its children end with it);
-- a tmpfs over the user's home (keys, shell history, other projects) and over /tmp, then read-only binds of
-  what a launch needs from under them (the harness's install folder, the repository's .git, the folders
-  on PATH under the home), then the writable binds: the worktree and the config home.
+- `/` read-only, a fresh /dev (its own /dev/shm and terminals) and /proc (its own pid namespace: its
+  children end with it);
+- a tmpfs over the user's home (keys, shell history, other projects), over /tmp and over the folders that
+  keep every agent's worktree and config home, then read-only binds of what a launch needs from under
+  them (the harness's install and interpreter, the repository's .git) and the links that lead there,
+  then the writable binds: the worktree and the config home.
 As root, bwrap keeps its capabilities unless told: `--cap-drop ALL` stops a remount of `/` read-write.
+A new session: no terminal of the host's is its controlling one (TIOCSTI cannot type into it). It runs
+below landlock_exec --supervise-only, which returns only once the sandbox's last process has ended
+(bwrap itself exits with the harness, while its pid 1 may still be killing the rest).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from swarm_panel.app.fence.walls import BWRAP, Walls, hidden_folders, reexposed
+from swarm_panel.app.fence.program import exec_prefix
+from swarm_panel.app.fence.walls import BWRAP, Walls, hidden_folders, reexposed, symlinks
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -49,23 +55,28 @@ def _try(path: str) -> str:
 
 def _base_options() -> list[str]:
     options = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
-               "--unshare-uts", "--die-with-parent"]
+               "--unshare-uts", "--die-with-parent", "--new-session"]
     if os.geteuid() == 0:
         options += ["--cap-drop", "ALL"]
     return options
 
 
 def command(executable: str, argv: list[str], walls: Walls, cwd: Path, home: Path | None) -> list[str]:
-    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap."""
-    hidden = hidden_folders(home)
+    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap, below the reaper."""
+    hidden = hidden_folders(home, walls.hidden)
     options = _base_options()
     for folder in hidden:
         options += ["--tmpfs", str(folder)]
-    for path in reexposed(argv, walls, hidden):
+    shown = reexposed(argv, walls, hidden)
+    for path in shown:
         options += ["--ro-bind", str(path), str(path)]
+    for link, target in symlinks(argv, hidden):
+        if not any(folder in link.parents for folder in shown):  # else the bound folder holds it already
+            options += ["--symlink", target, str(link)]
     for host, seen in walls.writable:
         options += ["--bind", str(host), str(seen)]
     for host, seen in walls.sealed:
         options += ["--ro-bind", str(host), str(seen)]
     # The host's TMPDIR may name a folder the fence keeps read-only.
-    return [executable or BWRAP, *options, "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--", *argv]
+    return [*exec_prefix(), "--supervise-only", "--parent", str(os.getpid()), "--", executable or BWRAP, *options,
+            "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--", *argv]

@@ -1,7 +1,8 @@
 """Which fence runs launches here, and the command line it puts around a harness.
 
 Bubblewrap first: its mounts hide the home and /tmp outright and give the harness a /tmp of its own. Landlock
-where bubblewrap cannot run. None, with each probe's reason, where neither works.
+where bubblewrap cannot run. None, with each probe's reason, where neither works: the launcher then refuses
+to launch unless the user opted in to running unfenced (and always, where a fence was named).
 """
 
 from __future__ import annotations
@@ -9,27 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarm_panel.app.fence import bwrap, landlock
-from swarm_panel.app.fence.walls import BWRAP, INSTALL_HINT, LANDLOCK, NONE, Fence, Walls
+from swarm_panel.app.fence.walls import AUTO, BWRAP, INSTALL_HINT, LANDLOCK, NONE, Fence, Walls
 
-CHOICES = ("auto", BWRAP, LANDLOCK)
+CHOICES = (AUTO, BWRAP, LANDLOCK)
 
 
-def detect(prefer: str = "auto", *, bwrap_executable: str | None = None) -> Fence:
+def detect(prefer: str = AUTO, *, bwrap_executable: str | None = None) -> Fence:
     """The fence `prefer` names (auto: bubblewrap, else Landlock) if it works here, else none with why."""
     if prefer not in CHOICES:
         raise ValueError(f"the fence must be one of {', '.join(CHOICES)}, not {prefer!r}")
     reasons = []
-    if prefer in ("auto", BWRAP):
+    if prefer in (AUTO, BWRAP):
         path, why = bwrap.probe(bwrap_executable)
         if path is not None:
-            return Fence(BWRAP, path)
+            return Fence(BWRAP, path, asked=prefer)
         reasons.append(why)
-    if prefer in ("auto", LANDLOCK):
+    if prefer in (AUTO, LANDLOCK):
         why = landlock.probe()
         if not why:
-            return Fence(LANDLOCK)
+            return Fence(LANDLOCK, asked=prefer)
         reasons.append(why)
-    return Fence(NONE, reason=f"{'; '.join(reasons)}; {INSTALL_HINT}")
+    return Fence(NONE, reason=f"{'; '.join(reasons)}; {INSTALL_HINT}", asked=prefer)
 
 
 def wrap(fence: Fence, argv: list[str], walls: Walls, cwd: Path, *, home: Path | None = None) -> list[str]:

@@ -1,25 +1,43 @@
-"""The small program that applies a Landlock ruleset to itself and then becomes the harness (exec), so
-the harness and everything it starts may read only beneath the --read paths and write only beneath the
---write ones (and the terminals, /dev/null and /dev/shm). Executing is not restricted: what is read may run.
+"""The small program at the top of every fenced launch. It stays above the harness as its reaper (every
+process the harness started ends with it, app.fence.reaper) and, under Landlock, confines the harness
+before it runs: a Landlock ruleset (read only beneath --read, write only beneath --write; no device ioctl;
+no signal or abstract socket out of the fence where the ABI scopes them), no capability, a session of its
+own, and with --namespaces its own pid and mount namespaces: a /proc of its own, a private /dev/shm and
+terminals, and every process gone the moment the harness ends.
 
-`python -m swarm_panel.app.fence.landlock_exec [--read P]... [--write P]... [--tmp P] [--chdir P] [--parent PID]
--- ARGV`.
-It exits 126 where the ruleset cannot be applied (nothing runs unfenced) and 127 where ARGV cannot be run.
+`landlock_exec [--read P]... [--write P]... [--tmp P] [--chdir P] [--parent PID] [--namespaces]
+[--supervise-only] -- ARGV`. --supervise-only: ARGV is a fence of its own (bwrap): only reap below it.
+It exits 126 where the fence cannot be made (nothing runs unfenced), 127 where ARGV cannot be run, else
+as ARGV did (a signal as the same signal; under --namespaces as 128 + the signal).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
+from typing import NoReturn
 
-# Character devices every program writes, and the folders of terminals and POSIX shared memory.
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx")
-DEVICE_FOLDERS = ("/dev/pts", "/dev/shm")
+from swarm_panel.app.fence import landlock_sys as ll
+from swarm_panel.app.fence.lockdown import (
+    die_with_parent,
+    drop_capabilities,
+    private_proc_shm_and_terminals,
+    unshare_pid_and_mounts,
+)
+from swarm_panel.app.fence.reaper import LAUNCHER_GONE, exit_as, supervise
+
 CANNOT_FENCE, CANNOT_RUN = 126, 127
-PR_SET_PDEATHSIG = 1
+READ = ll.EXECUTE | ll.READ_FILE | ll.READ_DIR
+WRITE = (ll.WRITE_FILE | ll.REMOVE_DIR | ll.REMOVE_FILE | ll.MAKE_CHAR | ll.MAKE_DIR | ll.MAKE_REG | ll.MAKE_SOCK
+         | ll.MAKE_FIFO | ll.MAKE_BLOCK | ll.MAKE_SYM | ll.REFER | ll.TRUNCATE)
+SCOPES = ll.SCOPE_SIGNAL | ll.SCOPE_ABSTRACT_UNIX_SOCKET
+# The character devices every program reads or writes (no ioctl on them: a terminal's would inject input).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# Only the namespaces' own: the host's shared memory and terminals are never granted.
+PRIVATE_DEVICES = (("/dev/shm", READ | WRITE), ("/dev/pts", READ | WRITE | ll.IOCTL_DEV),
+                   ("/dev/ptmx", ll.READ_FILE | ll.WRITE_FILE | ll.IOCTL_DEV))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,56 +46,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--write", action="append", default=[], help="a path whose content may be written")
     parser.add_argument("--tmp", help="the TMPDIR the program is given, writable as a --write path")
     parser.add_argument("--chdir", help="the folder it starts in")
-    parser.add_argument("--parent", type=int, help="the launcher's pid: the program ends when it does")
+    parser.add_argument("--parent", type=int, help="the launcher's pid: everything ends when it does")
+    parser.add_argument("--namespaces", action="store_true",
+                        help="new pid and mount namespaces (and a user namespace where not root)")
+    parser.add_argument("--supervise-only", action="store_true",
+                        help="apply nothing: ARGV is a fence of its own (bwrap); only reap below it")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
     return parser
 
 
-def _rights(abi: int):
-    from landlock import FSAccess
-
-    write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
-             | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
-             | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)
-    if abi >= 2:  # without REFER handled, ABI 1 refuses every rename across folders
-        write |= FSAccess.REFER
-    if abi >= 3:  # else truncate() is not a write Landlock sees
-        write |= FSAccess.TRUNCATE
-    file_only = FSAccess.EXECUTE | FSAccess.WRITE_FILE | FSAccess.READ_FILE | FSAccess.TRUNCATE
-    return FSAccess.READ_FILE | FSAccess.READ_DIR, write, file_only
-
-
-def die_with_parent(parent: int | None) -> None:
-    """The harness ends with whoever launched it (the panel, the CLI), as bubblewrap's --die-with-parent:
-    the kernel's parent-death signal outlives exec. `parent`: the launcher's pid, which may have died
-    before the signal was asked for."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent:
-        sys.exit(CANNOT_RUN)
-
-
-def fence(reads: list[str], writes: list[str]) -> None:
-    """Applies the ruleset to this process (and what it will exec); raises OSError or LandlockError."""
-    import landlock
-
-    ctypes.set_errno(0)  # the package reads errno after each call, and takes a stale one for a failure
-    read, write, file_only = _rights(landlock.landlock_abi_version())
-    ruleset = landlock.Ruleset(restrict_rules=read | write)
-
-    def grant(path: str, rights) -> None:
-        if not os.path.exists(path):
-            return  # a PATH entry or device this machine lacks
-        ctypes.set_errno(0)
-        ruleset.allow(path, rules=rights if os.path.isdir(path) else rights & file_only)
-
+def fence(reads: list[str], writes: list[str], *, private_devices: bool = False) -> None:
+    """Applies the ruleset to this process (and what it will exec); raises OSError where it cannot."""
+    abi = ll.abi_version()
+    ruleset = ll.Ruleset(abi, ll.handled(READ | WRITE | ll.IOCTL_DEV, abi),
+                         scoped=SCOPES if abi >= ll.SCOPES_SINCE else 0)
     for path in reads:
-        grant(path, read)
-    for path in [*writes, *DEVICE_FOLDERS]:
-        grant(path, read | write)
+        ruleset.allow_path(path, READ)
+    for path in writes:
+        ruleset.allow_path(path, READ | WRITE)
     for path in DEVICES:
-        grant(path, read | (write & file_only))
-    ctypes.set_errno(0)
-    ruleset.apply()
+        ruleset.allow_path(path, ll.READ_FILE | ll.WRITE_FILE)
+    for path, rights in PRIVATE_DEVICES if private_devices else ():
+        ruleset.allow_path(path, rights)
+    ruleset.restrict_self()
 
 
 def main(args: list[str] | None = None) -> int:
@@ -86,12 +77,40 @@ def main(args: list[str] | None = None) -> int:
     if not argv:
         print("landlock_exec: no program given after --", file=sys.stderr)
         return CANNOT_RUN
+    die_with_parent(LAUNCHER_GONE)
+    if options.parent is not None and os.getppid() != options.parent:
+        return CANNOT_RUN  # the launcher ended before the signal was asked for
+    child = lambda: _harness(options, argv)
+    if options.namespaces:
+        try:
+            unshare_pid_and_mounts()
+        except OSError as exc:
+            return _cannot_fence(f"no pid and mount namespaces: {exc}")
+        child = lambda: _pid_one(options, argv)
+    exit_as(supervise(child))
+
+
+def _pid_one(options: argparse.Namespace, argv: list[str]) -> NoReturn:
+    """Pid 1 of the new namespaces: mounts what the harness sees as its own, then reaps below it. When it
+    exits, the kernel kills every process left in the namespace before anyone sees it gone."""
     try:
-        fence(options.read, [*options.write, *([options.tmp] if options.tmp else [])])
-    except Exception as exc:  # noqa: BLE001 - whatever stops the ruleset, the harness must not run unfenced
-        print(f"landlock_exec: the Landlock ruleset could not be applied: {exc}", file=sys.stderr)
-        return CANNOT_FENCE
-    die_with_parent(options.parent)
+        die_with_parent(LAUNCHER_GONE)
+        private_proc_shm_and_terminals()
+    except OSError as exc:
+        os._exit(_cannot_fence(f"the namespaces' mounts: {exc}"))
+    exit_as(supervise(lambda: _harness(options, argv)))
+
+
+def _harness(options: argparse.Namespace, argv: list[str]) -> NoReturn:
+    try:
+        os.setsid()  # no controlling terminal, and none of the launcher's process group
+        die_with_parent(signal.SIGKILL)
+        if not options.supervise_only:
+            writes = [*options.write, *([options.tmp] if options.tmp else [])]
+            fence(options.read, writes, private_devices=options.namespaces)
+            drop_capabilities()
+    except Exception as exc:  # noqa: BLE001 - whatever stops the fence, the harness must not run unfenced
+        os._exit(_cannot_fence(str(exc)))
     env = dict(os.environ)
     if options.tmp:
         env["TMPDIR"] = options.tmp
@@ -100,8 +119,13 @@ def main(args: list[str] | None = None) -> int:
             os.chdir(options.chdir)
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
-        print(f"landlock_exec: cannot run {argv[0]}: {exc}", file=sys.stderr)
-        return CANNOT_RUN
+        print(f"landlock_exec: cannot run {argv[0]}: {exc}", file=sys.stderr, flush=True)
+    os._exit(CANNOT_RUN)
+
+
+def _cannot_fence(why: str) -> int:
+    print(f"landlock_exec: the fence could not be made: {why}", file=sys.stderr, flush=True)
+    return CANNOT_FENCE
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """What a fenced launch may write and what it must still read, the fence chosen, and the paths a launch
-needs from under the folders a fence hides (the user's home and /tmp)."""
+needs from under the folders a fence hides (the user's home, /tmp, the agents' worktrees and homes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarm_panel.app.fence import installs
+
 BWRAP, LANDLOCK, NONE = "bubblewrap", "landlock", "none"
+AUTO = "auto"
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 
 
@@ -18,6 +21,7 @@ class Fence:
     kind: str  # BWRAP, LANDLOCK or NONE
     executable: str | None = None  # bwrap's path; Landlock: unused
     reason: str = ""  # why NONE: what was missing or what the probes said
+    asked: str = AUTO  # what the user asked for: AUTO, BWRAP or LANDLOCK
 
     @property
     def available(self) -> bool:
@@ -35,57 +39,52 @@ class Fence:
 class Walls:
     """What one launch may write (each host folder and where the harness sees it), what it must still read
     where the fence hides the home and /tmp, what inside a writable folder stays read-only (bubblewrap
-    only: Landlock cannot take back a right inside a folder it granted), and the temp folder a fence
-    without a /tmp of its own gives as TMPDIR."""
+    only: Landlock cannot take back a right inside a folder it granted), the temp folder a fence
+    without a /tmp of its own gives as TMPDIR, and the folders hidden beside the home and /tmp (where
+    every agent's worktree and config home are kept: only this launch's own are seen)."""
 
     writable: tuple[tuple[Path, Path], ...]
     readable: tuple[Path, ...] = field(default=())
     sealed: tuple[tuple[Path, Path], ...] = field(default=())
     tmp: Path | None = None
+    hidden: tuple[Path, ...] = field(default=())
 
 
-def hidden_folders(home: Path | None) -> list[Path]:
-    """What a fence hides: the user's home (keys, shell history, other projects) and the host's /tmp."""
+def hidden_folders(home: Path | None, extra: tuple[Path, ...] = ()) -> list[Path]:
+    """What a fence hides: the user's home (keys, shell history, other projects), the host's /tmp, and
+    `extra` where it is not inside those already; the home first."""
     home = Path(home or Path.home()).resolve()
-    return [p for p in (home, Path("/tmp")) if p != Path("/")]
+    found: list[Path] = []
+    for folder in (home, Path("/tmp"), *(Path(os.path.abspath(p)) for p in extra)):
+        if folder != Path("/") and folder not in found and not any(h in folder.parents for h in found):
+            found.append(folder)
+    return found
 
 
 def reexposed(argv: list[str], walls: Walls, hidden: list[Path]) -> list[Path]:
-    """What the launch reads from under a hidden folder: its executable's install folder and the PATH's
-    folders there, each as the first folder under the hidden one (~/.venvs, ~/.npm-global: a Node or Python
-    harness reads its whole install), and the walls' readables exactly (a repository's .git, not its home)."""
+    """What the launch reads from under a hidden folder (hidden[0]: the home): the harness's install
+    (app.fence.installs: its package or environment, its interpreter's, never a PATH entry's top folder)
+    and the walls' readables exactly (a repository's .git, not its home). Links are left out: `symlinks`."""
     wanted: list[Path] = []
-    program = Path(argv[0])
-    interpreter = _interpreter(program)
-    needed = [program, program.resolve(), *([interpreter, interpreter.resolve()] if interpreter else []),
-              *(Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p)]
-    for path in needed:
-        for folder in hidden:
-            top = _top_under(path, folder)
-            if top is not None and top.exists() and top not in wanted:
-                wanted.append(top)
-    for path in walls.readable:
-        if any(_top_under(path, folder) for folder in hidden) and path.exists() and path not in wanted:
+    for path in [*installs.needed(argv[0], hidden[0]), *walls.readable]:
+        if _under(path, hidden) and path.exists() and not path.is_symlink() and path not in wanted:
             wanted.append(path)
     return wanted
 
 
-def _interpreter(program: Path) -> Path | None:
-    """A script's #! interpreter (a venv's python, linked into ~/.pyenv, say), or None."""
-    try:
-        with program.open("rb") as handle:
-            head = handle.readline(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].decode(errors="replace").split()
-    return Path(words[0]) if words and words[0].startswith("/") else None
+def symlinks(argv: list[str], hidden: list[Path]) -> list[tuple[Path, str]]:
+    """The links (each with its target) on the way from the harness's name to its install under a hidden
+    folder: ~/.npm-global/bin/codex -> ../lib/node_modules/@openai/codex/bin/codex.js. A fence that
+    mounts the install in place (bubblewrap) makes each again, so the harness finds itself as installed."""
+    links: list[tuple[Path, str]] = []
+    for path in installs.needed(argv[0], hidden[0]):
+        while path.is_symlink() and _under(path, hidden) and path not in dict(links):
+            target = os.readlink(path)
+            links.append((path, target))
+            path = path.parent / target
+    return links
 
 
-def _top_under(path: Path, folder: Path) -> Path | None:
-    try:
-        relative = Path(os.path.abspath(path)).relative_to(folder)
-    except ValueError:
-        return None
-    return folder / relative.parts[0] if relative.parts else None
+def _under(path: Path, hidden: list[Path]) -> bool:
+    absolute = Path(os.path.abspath(path))
+    return any(folder == absolute or folder in absolute.parents for folder in hidden)

@@ -2,7 +2,8 @@
 
 Every launch gets a folder of its own as HOME and as each harness's config home (CLAUDE_CONFIG_DIR,
 CODEX_HOME, XDG_*, QWEN_HOME), so the user's own settings, sessions and keys are neither read nor
-touched, and the user's ANTHROPIC_*/OPENAI_*/... variables are dropped. The base URL names the agent
+touched. Of the user's environment only what names a place or a locale passes (PASSED): no token, key,
+agent socket or proxy (GITHUB_TOKEN, AWS_*, HF_TOKEN, SSH_AUTH_SOCK...) reaches a harness. The base URL names the agent
 (`/agents/NAME`, app.endpoint.agent_paths), so its requests are counted and logged as NAME whatever
 the harness puts in its body. Each flag and variable below was checked against the installed
 harness's --help and its package's source (docs/agents.md names the versions).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +27,16 @@ DUMMY_KEY = "swarm-panel"  # a server without --api-key checks none, but every h
 # The harnesses' own timeouts are kept unless the caller sets one: the server's keep-alives hold their
 # quiet-stream watchdogs through a long prefill (docs/agents.md), and a hang-up's resend resumes where
 # it stopped. A machine slower still can raise them all at once (HarnessOptions.request_timeout_s).
-# The user's variables that would point a harness elsewhere or at the user's own config.
-FOREIGN_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CLAUDE_", "CODEX_", "OPENCODE_", "QWEN_", "AIDER_", "XDG_")
+# The user's variables a harness gets: where programs are, the locale, the terminal type, the time zone, the
+# user's name and shell (Claude Code runs its commands in $SHELL), and where the system's CA certificates
+# are (a path, no secret). Proxies are not passed: the endpoint is on this machine, and a proxy's URL may
+# carry its password. HOME, TMPDIR and each harness's own variables are set for the launch.
+PASSED = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "SSL_CERT_FILE",
+                    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"})
+PASSED_PREFIXES = ("LC_",)
 # Claude Code refuses --dangerously-skip-permissions as root outside a sandbox; an allow-list runs
 # unattended as any user (tools left out are refused, not asked about, under --print).
 CLAUDE_CODE_TOOLS = "Read,Edit,Write,Glob,Grep,Bash"
-CLAUDE_CODE_TOOLS_NO_SHELL = "Read,Edit,Write,Glob,Grep"
 AIDER_MAX_FILES = 32  # the folder's files aider is given to edit; a bigger folder gets the first ones
 AIDER_MAX_FILE_BYTES = 256 * 1024
 
@@ -64,9 +69,6 @@ class Job:
     task: str
     home: Path
     options: HarnessOptions
-    # False where no fence holds it and the user did not opt in (--unconfined): its own ask-first or
-    # read-only mode, no shell (docs/agents.md, "The fence").
-    shell: bool = True
 
     @property
     def base_url(self) -> str:
@@ -92,8 +94,12 @@ def prepare(recipe: str, job: Job) -> Launch:
     """Writes the job's config under job.home and returns its command and environment."""
     job.home.mkdir(parents=True, exist_ok=True)
     argv, env = RECIPES[recipe](job)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES)}
-    return Launch(argv, base | {"HOME": str(job.home), "NO_COLOR": "1"} | env, job.home)
+    return Launch(argv, passed(os.environ) | {"HOME": str(job.home), "NO_COLOR": "1"} | env, job.home)
+
+
+def passed(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` a harness gets (PASSED, LC_*), nothing else."""
+    return {k: v for k, v in environ.items() if k in PASSED or k.startswith(PASSED_PREFIXES)}
 
 
 def _write(path: Path, text: str) -> Path:
@@ -123,7 +129,7 @@ def claude_code(job: Job) -> tuple[list[str], dict[str, str]]:
         # Its watchdog on a stream without events never waits less than 5 minutes, whatever this says.
         env |= {"API_TIMEOUT_MS": str(job.timeout_ms), "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(job.timeout_ms)}
     argv = [job.executable, "--print", "--output-format", "text", "--allowedTools",
-            CLAUDE_CODE_TOOLS if job.shell else CLAUDE_CODE_TOOLS_NO_SHELL, "--", job.task]
+            CLAUDE_CODE_TOOLS, "--", job.task]
     return argv, env
 
 
@@ -169,7 +175,7 @@ def opencode(job: Job) -> tuple[list[str], dict[str, str]]:
         "small_model": f"swarm/{model}",
         "autoupdate": False,
         "share": "disabled",
-        "permission": {"edit": "allow", "bash": "allow" if job.shell else "deny"},
+        "permission": {"edit": "allow", "bash": "allow"},
     }
     _write(job.home / "config" / "opencode" / "opencode.json", json.dumps(config, indent=2))
     env = xdg | {
@@ -204,10 +210,8 @@ def qwen_code(job: Job) -> tuple[list[str], dict[str, str]]:
         # A fixed limit; unset, it asks for 8k and retries a cut answer with 64k.
         "QWEN_CODE_MAX_OUTPUT_TOKENS": str(job.options.max_output_tokens),
     }
-    # The positional prompt runs one-shot (-p is deprecated); --yolo approves every tool call, auto-edit
-    # only edits (a shell command waits for an approval nobody gives, and is refused).
-    approval = ["--yolo"] if job.shell else ["--approval-mode", "auto-edit"]
-    argv = [job.executable, "--auth-type", "openai", "--model", job.options.model, *approval, job.task]
+    # The positional prompt runs one-shot (-p is deprecated); --yolo approves every tool call.
+    argv = [job.executable, "--auth-type", "openai", "--model", job.options.model, "--yolo", job.task]
     return argv, env
 
 
@@ -229,9 +233,7 @@ def aider(job: Job) -> tuple[list[str], dict[str, str]]:
         # Its history and .env would otherwise be the folder's own.
         "--chat-history-file", str(home / "chat-history.md"), "--input-history-file", str(home / "input-history"),
         "--env-file", str(home / ".env"),
-        # --yes-always never runs a suggested shell command (aider asks for an explicit yes); unfenced, it is
-        # not even suggested.
-        *([] if job.shell else ["--no-suggest-shell-commands"]),
+        # --yes-always never runs a suggested shell command (aider asks for an explicit yes).
         "--message", job.task, *_folder_files(job.folder),
     ]
     # litellm fetches its model price list at import otherwise.

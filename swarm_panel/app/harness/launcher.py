@@ -1,7 +1,9 @@
 """Launched harnesses: each one in its own workspace (app.workspace: a git worktree on its own branch, or a
-copy), inside the fence (app.fence) where there is one, a process in its own process group, watched on the
-asyncio loop, its output's tail kept, its config home removed when it ends; its turns are its requests in the
-service's request log, under the name its base URL gives it.
+copy), inside the fence (app.fence), a process in its own process group, watched on the asyncio loop, its
+output's tail kept, its config home removed when it ends; its turns are its requests in the service's request
+log, under the name its base URL gives it. Without a fence nothing is launched unless the user opted in
+(`unconfined`); a fence that was named and cannot run refuses every launch. A run is marked ended only once
+every process it started has ended (the fence's reaper returns last; Stop's kill reaches them all).
 
 Inside the fence the worktree is seen at its config home's slot's path (/tmp/swarm-panel-KIND-work-SLOT):
 Claude Code and Qwen Code write the working folder into their prompt, so a later session in the same slot
@@ -24,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarm_panel.app.fence.choose import detect, wrap
-from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, Fence, Walls
+from swarm_panel.app.fence.reaper import kill_tree
+from swarm_panel.app.fence.walls import AUTO, BWRAP, LANDLOCK, Fence, Walls
 from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
 from swarm_panel.app.harness.kinds import HarnessKind
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord
 from swarm_panel.app.workspace.create import create
 from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, out
 from swarm_panel.app.workspace.land import discard
-from swarm_panel.app.workspace.records import COPY, Workspace, process_start, save
+from swarm_panel.app.workspace.records import COPY, Workspace, default_root, process_start, save
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 PIPE_DRAIN_S = 2.0
 READ_CHUNK = 4096
 NAME_TRIES = 1000  # numbers skipped past kept workspaces of earlier sessions
-UNCONFINED, SHELL_LOCKED = "unconfined", "no fence: shell locked"
+UNCONFINED = "unconfined"
 
 
 class HarnessNotFound(ValueError):
@@ -52,6 +55,21 @@ class HarnessNotFound(ValueError):
         super().__init__(f"{kind.display} is not installed (no `{kind.executable}` on PATH, nor {kind.env_var}); "
                          f"install it with: {kind.install}")
         self.kind = kind
+
+
+class FenceRefused(ValueError):
+    """No launch: the fence asked for cannot run here, or there is none and the user did not opt in."""
+
+    def __init__(self, fence: Fence) -> None:
+        if fence.asked != AUTO:
+            why = (f"the {fence.asked} fence was asked for and cannot run here: {fence.reason}. Nothing was "
+                   "launched; choose another fence (auto: bubblewrap, else Landlock)")
+        else:
+            why = (f"no fence can hold the agents here ({fence.reason}), so nothing was launched. Install "
+                   "bubblewrap or use a kernel with Landlock; or opt in to running them unfenced, with your "
+                   "rights over all your files: `agents run --unconfined`, or the panel's Unconfined box")
+        super().__init__(why)
+        self.fence = fence
 
 
 class Tail:
@@ -82,7 +100,7 @@ class HarnessRun:
     stderr: Tail = field(default_factory=Tail)
     home: Path | None = None  # its private config home, gone once it has ended
     workspace: Workspace | None = None  # its worktree or copy, kept after it ends until applied or discarded
-    confinement: str = ""  # the fence's kind (BWRAP, LANDLOCK), UNCONFINED or SHELL_LOCKED
+    confinement: str = ""  # the fence's kind (BWRAP, LANDLOCK) or UNCONFINED
     stop_asked: bool = False
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     watcher: asyncio.Task | None = field(default=None, repr=False)
@@ -112,7 +130,7 @@ class Launcher:
         self.state_dir = state_dir  # where config homes go; None: the system's temp folder
         self.grace_s = grace_s
         self.workspaces = workspaces  # where workspaces are kept; None: app.workspace's data folder
-        # Without a fence, a harness gets its shell only on this explicit opt-in.
+        # Without a fence, a harness is launched only on this explicit opt-in.
         self.unconfined = unconfined
         self._fence = fence
         self.runs: list[HarnessRun] = []
@@ -133,9 +151,12 @@ class Launcher:
         return self._fence
 
     def confinement(self) -> str:
+        """The fence's kind, or UNCONFINED where the user opted in; raises FenceRefused otherwise."""
         if self.fence.available:
             return self.fence.kind
-        return UNCONFINED if self.unconfined else SHELL_LOCKED
+        if self.unconfined and self.fence.asked == AUTO:
+            return UNCONFINED
+        raise FenceRefused(self.fence)
 
     def turns(self, name: str) -> list[RequestRecord]:
         """The agent's requests the server has answered (or refused), oldest first."""
@@ -144,18 +165,20 @@ class Launcher:
     async def start(self, kind: HarnessKind, folder: Path | str, server_url: str, task: str = DEFAULT_TASK,
                     n: int = 1) -> list[HarnessRun]:
         """Launches n agents of a kind, each in its own workspace made from the folder; raises HarnessNotFound
-        with its install command, or WorkspaceError (no agent started) when the workspaces cannot be made."""
+        with its install command, FenceRefused (see `confinement`), or WorkspaceError (no agent started)
+        when the workspaces cannot be made."""
         executable = kind.path()
         if executable is None:
             raise HarnessNotFound(kind)
         if not task.strip():
             raise ValueError("the task is empty")
         await asyncio.to_thread(lambda: self.fence)  # the first probe runs bwrap once
+        confinement = self.confinement()
         folder = Path(folder).expanduser()
         workspaces = await asyncio.to_thread(self._make_workspaces, kind, folder, n)
         started = []
         for ws in workspaces:
-            run = HarnessRun(kind, ws.name, folder.resolve(), task, workspace=ws, confinement=self.confinement())
+            run = HarnessRun(kind, ws.name, folder.resolve(), task, workspace=ws, confinement=confinement)
             self.runs.append(run)
             await self._spawn(run, executable, server_url)
             started.append(run)
@@ -195,7 +218,7 @@ class Launcher:
             inside = tree / Path(ws.folder).relative_to(ws.tree)
             # The recipe reads the folder (aider lists its files) here, outside: its real path.
             launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, Path(ws.folder), run.task,
-                                                       run.home, self.options, shell=run.confinement != SHELL_LOCKED))
+                                                       run.home, self.options))
             argv = wrap(self.fence, launch.argv, self._walls(run, ws, tree), inside)
             process = await asyncio.create_subprocess_exec(
                 *argv, cwd=ws.folder, env=launch.env, stdin=asyncio.subprocess.DEVNULL,
@@ -222,22 +245,25 @@ class Launcher:
     def _walls(self, run: HarnessRun, ws: Workspace, tree: Path) -> Walls:
         assert run.home is not None
         writable = ((ws.tree, tree), (run.home, run.home))
+        # Every agent's worktree and record, and every config home: only its own are seen.
+        hidden = (Path(self.workspaces or default_root()), run.home.parent)
         tmp = None
         if self.fence.kind == LANDLOCK:  # no /tmp of its own: a temp folder in its config home, gone with it
             tmp = run.home / "tmp"
             tmp.mkdir()
         if ws.mode == COPY:  # its own .git holds the base Apply compares with: the agent may not rewrite it
-            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),), tmp=tmp)
+            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),), tmp=tmp, hidden=hidden)
         common = Path(out(ws.tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-        return Walls(writable, readable=(common,), tmp=tmp)
+        return Walls(writable, readable=(common,), tmp=tmp, hidden=hidden)
 
     async def _watch(self, run: HarnessRun, process: asyncio.subprocess.Process) -> None:
         readers = [asyncio.create_task(_pump(process.stdout, run.stdout)),
                    asyncio.create_task(_pump(process.stderr, run.stderr))]
         try:
+            # Fenced, the top process is the fence's reaper: it exits once nothing it started lives.
             run.exit_code = await process.wait()
             _, open_pipes = await asyncio.wait(readers, timeout=PIPE_DRAIN_S)
-            if open_pipes:  # children it left behind: they end with it
+            if open_pipes:  # unfenced, children it left behind in its group: they end with it
                 _signal_group(process, kill=True)
                 await asyncio.wait(open_pipes, timeout=PIPE_DRAIN_S)
         finally:
@@ -252,14 +278,16 @@ class Launcher:
             log.info("%s %s with exit code %s", run.name, run.status, run.exit_code)
 
     async def stop(self, name: str) -> None:
-        """SIGTERM to its process group, SIGKILL after the grace period; returns once it has ended."""
+        """SIGTERM to its process group (the fence passes it on to the harness), after the grace period
+        SIGKILL to every process below it, then to it; returns once all have ended."""
         run = self.run(name)
         if run.finished or run.process is None or run.watcher is None:
             return
         run.stop_asked = True
         _signal_group(run.process, kill=False)
         if not await _ended(run.watcher, self.grace_s):
-            log.info("%s ignored SIGTERM for %.0f s: killing it", name, self.grace_s)
+            log.info("%s ignored SIGTERM for %.0f s: killing it and all it started", name, self.grace_s)
+            await asyncio.to_thread(kill_tree, run.process.pid)
             _signal_group(run.process, kill=True)
             await _ended(run.watcher, None)
 

@@ -3,7 +3,8 @@ count to start, and the launched agents with their turns, polled once a second (
 runs them on the app's asyncio loop). They are served as named agents, so the agents table lists them too.
 Each works in its own worktree inside the fence; their changes are reviewed and landed in `worktrees`
 (ui.panels.agent_worktrees), which the window shows as a dock of its own, Review, beside this one.
-Without a fence, the Unconfined box is the opt-in that gives them a shell.
+Without a fence nothing is launched: the Unconfined box is the opt-in that launches them anyway, and a refused
+Start says why.
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ class HarnessPanel(QtWidgets.QWidget):
         self.max_output.setValue(DEFAULT_MAX_OUTPUT_TOKENS)
         self.max_output.setToolTip("each response's output limit, as each harness is told (Codex has no such "
                                    "setting: the server's default-max-tokens applies)")
-        self.unconfined = QtWidgets.QCheckBox("Unconfined: give them a shell without a fence")
-        self.unconfined.setToolTip("No fence (bubblewrap or Landlock) works here. Checked, each harness runs with its shell "
-                                   "unlocked and your rights: it can change anything you can, outside its "
-                                   "worktree too. Unchecked, it runs in its own ask-first or read-only mode.")
+        self.unconfined = QtWidgets.QCheckBox("Unconfined: launch them without a fence")
+        self.unconfined.setToolTip("No fence (bubblewrap or Landlock) works here. Checked, each harness runs with "
+                                   "your rights: it can read and change anything you can, outside its worktree too. "
+                                   "Unchecked, nothing is launched.")
         self.unconfined.setStyleSheet(f"color: {theme.QUEUE}")
         self.unconfined.setVisible(not self.launcher.fence.available)
         self.worktrees = AgentWorktrees(self.launcher.workspaces, lambda: self.launcher.fence)

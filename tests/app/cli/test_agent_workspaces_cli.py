@@ -16,7 +16,7 @@ def test_review_then_land_from_the_command_line(tmp_path, capsys):
     repo = make_repo(tmp_path / "repo", {"story.txt": "one\ntwo\n"})
 
     async def launch():
-        launcher = Launcher(state_dir=tmp_path / "state")
+        launcher = Launcher(state_dir=tmp_path / "state", unconfined=True)
         await launcher.start(stand_in_kind(tmp_path), repo, "http://127.0.0.1:9",
                              task(write={"story.txt": "one\n{name} was here\n"}), n=2)
         assert await launcher.wait(60)

@@ -53,7 +53,7 @@ def test_list_says_where_each_is_or_how_to_install_it(fake, capsys, monkeypatch,
 
 
 def test_run_launches_agents_against_the_engine_and_reports_their_turns(fake, folder, capsys):
-    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "-n", "2", "--engine", "modeled",
+    code = main(["agents", "run", "fake-agent", "--unconfined", "--dir", str(folder), "-n", "2", "--engine", "modeled",
                  "--task", "Say hi", "--timeout", "120"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -66,7 +66,7 @@ def test_run_launches_agents_against_the_engine_and_reports_their_turns(fake, fo
 
 
 def test_a_run_that_does_not_end_in_time_is_stopped_and_fails(fake, folder, capsys):
-    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "--engine", "modeled", "--task", "hang",
+    code = main(["agents", "run", "fake-agent", "--unconfined", "--dir", str(folder), "--engine", "modeled", "--task", "hang",
                  "--timeout", "0.5"])
     out = capsys.readouterr().out
     assert code == 1
@@ -76,7 +76,7 @@ def test_a_run_that_does_not_end_in_time_is_stopped_and_fails(fake, folder, caps
 
 
 def test_a_failing_agent_fails_the_run_and_shows_its_complaint(fake, folder, capsys):
-    assert main(["agents", "run", "fake-agent", "--dir", str(folder), "--engine", "modeled", "--task", "fail"]) == 1
+    assert main(["agents", "run", "fake-agent", "--unconfined", "--dir", str(folder), "--engine", "modeled", "--task", "fail"]) == 1
     out = capsys.readouterr().out
     assert rows(out)["fake-agent-1"][1:4] == ["exited", "3", "no"]
     assert "cannot do that" in out
@@ -106,7 +106,7 @@ def test_the_context_is_raised_to_hold_the_first_turn_unless_the_user_set_it(fak
 
 
 def test_sessions_run_one_after_another_and_the_second_reuses_the_firsts_prompt(fake, folder, capsys):
-    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
+    code = main(["agents", "run", "fake-agent", "--unconfined", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
                  "--task", "Say hi", "--timeout", "120", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -120,7 +120,7 @@ def test_sessions_run_one_after_another_and_the_second_reuses_the_firsts_prompt(
 
 
 def test_the_first_session_may_be_given_longer_than_the_later_ones(fake, folder, capsys):
-    code = main(["agents", "run", "fake-agent", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
+    code = main(["agents", "run", "fake-agent", "--unconfined", "--dir", str(folder), "--sessions", "2", "--engine", "modeled",
                  "--task", "slow", "--first-timeout", "60", "--timeout", "0.5", "--json"])
     out = capsys.readouterr().out
     assert code == 1

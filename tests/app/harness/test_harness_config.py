@@ -3,14 +3,14 @@ what it reads, and neither the user's home nor the user's own variables are."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.harness.config import RECIPES, HarnessOptions, Job, prepare
+from swarm_panel.app.harness.config import PASSED, PASSED_PREFIXES, RECIPES, HarnessOptions, Job, passed, prepare
 
 SERVER = "http://127.0.0.1:9999"
 AGENT_URL = f"{SERVER}/agents/kind-7"
@@ -155,28 +155,26 @@ def test_each_harness_keeps_its_own_timeouts_unless_one_is_asked_for(recipe, tmp
 
 
 
-def shell_setting(recipe: str, launch) -> str:
-    """What the harness is told about its shell: a flag, an allow-list, a permission."""
-    argv = launch.argv
-    if recipe == "claude-code":
-        return argv[argv.index("--allowedTools") + 1]
-    if recipe == "opencode":
-        config = json.loads((launch.home / "config" / "opencode" / "opencode.json").read_text())
-        return config["permission"]["bash"]
-    if recipe == "qwen-code":
-        return " ".join(a for a in argv if a in ("--yolo", "--approval-mode", "auto-edit"))
-    return " ".join(a for a in argv if a in ("--yes-always", "--no-suggest-shell-commands"))
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_of_the_users_environment_only_the_allowlist_passes(recipe, tmp_path, user_home, monkeypatch):
+    for name, value in {"GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "aws_x", "HF_TOKEN": "hf_x",
+                        "SSH_AUTH_SOCK": "/tmp/ssh-x/agent", "HTTPS_PROXY": "http://user:pw@proxy:3128",
+                        "LD_PRELOAD": "/tmp/evil.so", "NODE_OPTIONS": "--require /tmp/evil.js",
+                        "LANG": "en_US.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "xterm", "TZ": "UTC",
+                        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"}.items():
+        monkeypatch.setenv(name, value)
+    launch = prepare(recipe, job(tmp_path))
+    env = launch.env
+    assert not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "SSH_AUTH_SOCK", "HTTPS_PROXY", "LD_PRELOAD",
+                "NODE_OPTIONS"} & set(env)
+    assert (env["LANG"], env["LC_ALL"], env["TERM"], env["TZ"]) == ("en_US.UTF-8", "C.UTF-8", "xterm", "UTC")
+    assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt" and env["PATH"]
+    # Whatever else it has, the recipe set it.
+    assert {n for n in env if n in os.environ and os.environ[n] == env[n]} <= PASSED | {
+        n for n in env if n.startswith(PASSED_PREFIXES)}
 
 
-# What a harness is told where the fence holds it (or the user opted in), and where neither (docs/agents.md).
-SHELL = {"claude-code": ("Read,Edit,Write,Glob,Grep,Bash", "Read,Edit,Write,Glob,Grep"),
-         "opencode": ("allow", "deny"),
-         "qwen-code": ("--yolo", "--approval-mode auto-edit"),
-         "aider": ("--yes-always", "--yes-always --no-suggest-shell-commands")}
-
-
-@pytest.mark.parametrize("recipe", sorted(SHELL))
-def test_without_a_fence_each_harness_runs_with_its_shell_locked(recipe, tmp_path, user_home):
-    fenced = prepare(recipe, job(tmp_path))
-    locked = prepare(recipe, dataclasses.replace(job(tmp_path), home=tmp_path / "locked", shell=False))
-    assert (shell_setting(recipe, fenced), shell_setting(recipe, locked)) == SHELL[recipe]
+def test_the_allowlist_keeps_names_and_locales_and_drops_all_else():
+    assert passed({"PATH": "/usr/bin", "LC_CTYPE": "C.UTF-8", "HOME": "/root", "GITHUB_TOKEN": "x", "XDG_RUNTIME_DIR":
+                   "/run/user/0", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus"}) == {
+        "PATH": "/usr/bin", "LC_CTYPE": "C.UTF-8"}

@@ -11,7 +11,7 @@ import pytest
 
 from swarm_panel.app.fence.choose import detect
 from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence
-from swarm_panel.app.harness.launcher import SHELL_LOCKED, UNCONFINED, Launcher
+from swarm_panel.app.harness.launcher import UNCONFINED, FenceRefused, Launcher
 from swarm_panel.app.workspace.changes import changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
@@ -74,12 +74,13 @@ def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path, fe
     assert run.confinement == fence.kind
     said = report(run)
     assert said["argv"][-2] == "--yolo"  # fenced, its shell is unlocked (the task follows)
-    # The user's tree, /etc: refused. HOME and /tmp: bubblewrap's own throwaway tmpfs, refused by Landlock.
+    # /etc: refused. The user's tree (here under /tmp), HOME and /tmp: refused by Landlock; under bubblewrap
+    # they are its own throwaway tmpfs (the host's files are checked below).
     refused = REFUSED[fence.kind]
-    assert said["outside"][str(repo / "story.txt")] == refused
-    assert said["outside"][str(repo / "new-in-user-tree.txt")] == refused
     assert said["outside"]["/etc/swarm-panel-fence-test"] == refused
     if fence.kind == LANDLOCK:
+        assert said["outside"][str(repo / "story.txt")] == refused
+        assert said["outside"][str(repo / "new-in-user-tree.txt")] == refused
         assert said["outside"][str(home_file)] == refused and said["outside"][str(tmp_file)] == refused
         assert said["tmp"] == "wrote" and said["cwd"] == run.workspace.folder
     else:
@@ -113,7 +114,7 @@ def test_a_fenced_agent_changes_only_its_worktree_until_apply(repo, tmp_path, fe
 def test_four_agents_on_the_same_line_get_four_branches_and_the_second_apply_is_refused(repo, tmp_path):
     kind = stand_in_kind(tmp_path)
     before = snapshot(repo)
-    runs = launch(Launcher(state_dir=tmp_path / "state"), kind, repo,
+    runs = launch(Launcher(state_dir=tmp_path / "state", unconfined=True), kind, repo,
                   task(write={"story.txt": "first line\n{name}'s line\nlast line\n"}), n=4)
     assert [r.completed for r in runs] == [True] * 4, [r.stderr.text for r in runs]
     assert branches(repo) == [f"swarm-panel/stand-in-{n}" for n in (1, 2, 3, 4)]
@@ -134,26 +135,34 @@ def test_four_agents_on_the_same_line_get_four_branches_and_the_second_apply_is_
     assert branches(repo) == [] and all_workspaces() == []
 
 
-def test_without_a_fence_the_shell_is_locked_unless_the_user_opts_in(repo, tmp_path):
+def test_without_a_fence_nothing_launches_unless_the_user_opts_in(repo, tmp_path):
     kind = stand_in_kind(tmp_path)
     none = Fence(NONE, reason="bubblewrap (bwrap) is not installed")
-    [locked] = launch(Launcher(state_dir=tmp_path / "state", fence=none), kind, repo, task())
+    with pytest.raises(FenceRefused, match=r"no fence can hold the agents here \(bubblewrap.*--unconfined"):
+        launch(Launcher(state_dir=tmp_path / "state", fence=none), kind, repo, task(write={"x.txt": "x\n"}))
+    assert all_workspaces() == [] and branches(repo) == []  # refused before any worktree was made
     [opted] = launch(Launcher(state_dir=tmp_path / "state", fence=none, unconfined=True), kind, repo, task())
-    assert locked.confinement == SHELL_LOCKED and opted.confinement == UNCONFINED
-    assert report(locked)["argv"][-3:-1] == ["--approval-mode", "auto-edit"]  # Qwen Code's edits-only mode
-    assert report(opted)["argv"][-2] == "--yolo"
-    assert report(locked)["cwd"] == locked.workspace.folder  # its worktree, still: never the user's tree
+    assert opted.confinement == UNCONFINED and report(opted)["argv"][-2] == "--yolo"
+    assert report(opted)["cwd"] == opted.workspace.folder  # its worktree, still: never the user's tree
+
+
+def test_a_fence_that_was_asked_for_and_cannot_run_refuses_even_with_the_opt_in(repo, tmp_path):
+    named = Fence(NONE, reason="bubblewrap (bwrap) is not installed", asked=BWRAP)
+    launcher = Launcher(state_dir=tmp_path / "state", fence=named, unconfined=True)
+    with pytest.raises(FenceRefused, match="the bubblewrap fence was asked for and cannot run here: bubblewrap"):
+        launch(launcher, stand_in_kind(tmp_path), repo, task())
+    assert launcher.runs == [] and all_workspaces() == []
 
 
 def test_a_name_whose_branch_is_taken_moves_to_the_next_and_a_crash_leaves_them_listed(repo, tmp_path):
     kind = stand_in_kind(tmp_path)
     sh(repo, "branch", "swarm-panel/stand-in-1")  # the user's own, or a kept one from an older session
-    [run] = launch(Launcher(state_dir=tmp_path / "state"), kind, repo, task(write={"x.txt": "x\n"}))
+    [run] = launch(Launcher(state_dir=tmp_path / "state", unconfined=True), kind, repo, task(write={"x.txt": "x\n"}))
     assert run.name == "stand-in-2" and sh(repo, "rev-parse", "swarm-panel/stand-in-1")  # left alone
     # A new launcher (the panel restarted after a crash) finds it on disk and numbers past it.
     [kept] = all_workspaces()
     assert kept.name == "stand-in-2" and not kept.running() and changes(kept).summary() == "1 file +1 -0"
-    [later] = launch(Launcher(state_dir=tmp_path / "state"), kind, repo, task())
+    [later] = launch(Launcher(state_dir=tmp_path / "state", unconfined=True), kind, repo, task())
     assert later.name == "stand-in-3"
 
 
@@ -161,7 +170,7 @@ def test_apply_waits_for_a_running_agent_and_discard_too(repo, tmp_path):
     kind = stand_in_kind(tmp_path)
 
     async def scenario():
-        launcher = Launcher(state_dir=tmp_path / "state", grace_s=0.5)
+        launcher = Launcher(state_dir=tmp_path / "state", grace_s=0.5, unconfined=True)
         [run] = await launcher.start(kind, repo, URL, task(write={"x.txt": "x\n"}, sleep=60))
         while "{" not in run.stdout.text:
             assert not run.finished, run.stderr.text
@@ -183,7 +192,7 @@ def test_apply_waits_for_a_running_agent_and_discard_too(repo, tmp_path):
 def test_uncommitted_changes_are_refused_and_a_dirty_file_the_merge_touches_blocks_apply(repo, tmp_path):
     kind = stand_in_kind(tmp_path)
     (repo / "story.txt").write_text("the user's unsaved work\n")
-    launcher = Launcher(state_dir=tmp_path / "state")
+    launcher = Launcher(state_dir=tmp_path / "state", unconfined=True)
     with pytest.raises(WorkspaceError, match=r"uncommitted changes \(story\.txt\).*git stash"):
         launch(launcher, kind, repo, task())
     assert all_workspaces() == [] and branches(repo) == []
@@ -202,7 +211,7 @@ def test_a_folder_that_is_no_repository_is_copied_and_applied_back_file_by_file(
     folder.mkdir()
     (folder / "a.txt").write_text("a\n")
     (folder / "b.txt").write_text("b\n")
-    launcher = Launcher(state_dir=tmp_path / "state")
+    launcher = Launcher(state_dir=tmp_path / "state", unconfined=True)
     first, second = (launch(launcher, kind, folder, task(write={"a.txt": f"agent {n}\n"}, delete=["b.txt"]))[0]
                      for n in (1, 2))
     assert first.workspace.mode == "copy" and (folder / "a.txt").read_text() == "a\n"
@@ -228,7 +237,7 @@ def test_a_folder_no_agent_can_start_from_is_refused_with_the_reason(make, repo,
         folder.mkdir()
         sh(folder, "init", "-q")
     with pytest.raises(WorkspaceError, match=reasons[make]):
-        launch(Launcher(state_dir=tmp_path / "state"), stand_in_kind(tmp_path), folder, task())
+        launch(Launcher(state_dir=tmp_path / "state", unconfined=True), stand_in_kind(tmp_path), folder, task())
     assert all_workspaces() == []
 
 
@@ -266,7 +275,7 @@ def test_a_workspace_folder_inside_the_copied_folder_is_not_copied_into_itself(t
 
 
 def test_apply_onto_a_branch_that_moved_on_makes_a_merge_commit(repo, tmp_path):
-    [run] = launch(Launcher(state_dir=tmp_path / "state"), stand_in_kind(tmp_path), repo,
+    [run] = launch(Launcher(state_dir=tmp_path / "state", unconfined=True), stand_in_kind(tmp_path), repo,
                    task(write={"added.txt": "the agent's\n"}))
     (repo / "old.txt").write_text("the user's own commit meanwhile\n")
     sh(repo, "commit", "-qam", "meanwhile")

@@ -1,5 +1,6 @@
-"""The fences' command lines: bubblewrap's mounts in order, Landlock's grants, what both re-expose from the hidden
-home and /tmp, the same command unchanged where there is no fence; and the Landlock ruleset applied for real."""
+"""The fences' command lines: bubblewrap's mounts in order below the reaper, Landlock's grants, what both re-expose
+from the hidden home and /tmp, the same command unchanged where there is no fence; and the Landlock ruleset
+applied for real."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.fence import landlock, landlock_exec
+from swarm_panel.app.fence import landlock
 from swarm_panel.app.fence.choose import detect, wrap
+from swarm_panel.app.fence.program import exec_prefix
 from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence, Walls
 
 
@@ -30,23 +32,27 @@ def test_the_fence_hides_home_and_tmp_then_binds_what_the_launch_needs(tmp_path)
     repo_git = home / "projects" / "repo" / ".git"
     repo_git.mkdir(parents=True)
     tree, config = home / ".local" / "tree", Path("/tmp/swarm-panel-agent-home-1")
+    worktrees = tmp_path / "data" / "worktrees"
     walls = Walls(((tree, Path("/tmp/swarm-panel-agent-work-1")), (config, config)), readable=(repo_git,),
-                  sealed=((tree / ".git", Path("/tmp/swarm-panel-agent-work-1/.git")),))
+                  sealed=((tree / ".git", Path("/tmp/swarm-panel-agent-work-1/.git")),), hidden=(worktrees,))
     argv = wrap(Fence(BWRAP, "/usr/bin/bwrap"), [str(program), "run", "task"], walls,
                 Path("/tmp/swarm-panel-agent-work-1"), home=home)
-    assert argv[0] == "/usr/bin/bwrap" and argv[-4:] == ["--", str(program), "run", "task"]
+    # The reaper on top, bubblewrap below it, the harness last.
+    prefix = [*exec_prefix(), "--supervise-only", "--parent", str(os.getpid()), "--", "/usr/bin/bwrap"]
+    assert argv[:len(prefix)] == prefix and argv[-4:] == ["--", str(program), "run", "task"]
+    assert "--new-session" in argv
     assert pairs(argv, "--ro-bind")[0] == ("/", "/")
     assert "--unshare-net" not in argv and "--unshare-all" not in argv  # 127.0.0.1 is the host's
     tmpfs = [argv[i + 1] for i, word in enumerate(argv) if word == "--tmpfs"]
-    assert tmpfs == [str(home), "/tmp"]
+    assert tmpfs == [str(home), "/tmp"]  # the worktrees' folder is under /tmp here: hidden with it
     ro = pairs(argv, "--ro-bind")
-    # Its install folder (the first under the home) and the repository's .git exactly, not ~/projects whole.
-    assert (str(home / ".venvs"), str(home / ".venvs")) in ro and (str(repo_git), str(repo_git)) in ro
-    assert not any(path == str(home / "projects") for path, _ in ro)
+    # Its install (the folder holding its bin/) and the repository's .git exactly, not ~/.venvs nor ~/projects.
+    assert (str(home / ".venvs" / "agent"), str(home / ".venvs" / "agent")) in ro and (str(repo_git), str(repo_git)) in ro
+    assert not any(path in (str(home / "projects"), str(home / ".venvs")) for path, _ in ro)
     rw = pairs(argv, "--bind")
     assert rw == [(str(tree), "/tmp/swarm-panel-agent-work-1"), (str(config), str(config))]
     # Later mounts win: hidden first, then re-exposed, then the writable ones, then what stays sealed in them.
-    order = [argv.index(word) for word in ("--tmpfs", str(home / ".venvs"), str(tree), str(tree / ".git"))]
+    order = [argv.index(word) for word in ("--tmpfs", str(home / ".venvs" / "agent"), str(tree), str(tree / ".git"))]
     assert order == sorted(order)
     assert argv[argv.index("--chdir") + 1] == "/tmp/swarm-panel-agent-work-1"
 
@@ -84,14 +90,14 @@ def test_landlock_grants_reading_beside_the_hidden_folders_and_writing_only_the_
     tree, config = home / ".local" / "tree", tmp_path / "state" / "swarm-panel-agent-home-1"
     walls = Walls(((tree, tree), (config, config)), tmp=config / "tmp")
     argv = wrap(Fence(LANDLOCK), [str(program), "run"], walls, tree, home=home)
-    assert argv[:3] == landlock.exec_prefix() and argv[-3:] == ["--", str(program), "run"]
+    assert argv[:len(exec_prefix())] == exec_prefix() and argv[-3:] == ["--", str(program), "run"]
     reads = [argv[i + 1] for i, word in enumerate(argv) if word == "--read"]
     writes = [argv[i + 1] for i, word in enumerate(argv) if word == "--write"]
     assert writes == [str(tree), str(config)]
     assert argv[argv.index("--tmp") + 1] == str(config / "tmp") and argv[argv.index("--chdir") + 1] == str(tree)
-    # Beneath the hidden home only its install folder; beside them, all.
-    assert str(home / ".venvs") in reads and "/usr" in reads and "/" not in reads and "/tmp" not in reads
-    assert not any(path in (str(home), str(home / "secrets")) for path in reads)
+    # Beneath the hidden home only its install folder; beside them, all but /dev (a disk's device holds the home).
+    assert str(home / ".venvs" / "agent") in reads and "/usr" in reads and "/" not in reads and "/tmp" not in reads
+    assert not any(path in (str(home), str(home / "secrets"), str(home / ".venvs"), "/dev") for path in reads)
 
 
 def test_landlock_reads_beside_each_hidden_folder_and_beside_each_folder_above_it():
@@ -139,16 +145,21 @@ def test_under_landlock_a_program_writes_only_its_walls_and_reads_nothing_hidden
 
 
 @needs_landlock
-def test_a_ruleset_that_cannot_be_applied_runs_nothing(monkeypatch, capsys):
-    """Whatever stops the ruleset, the program is never run unfenced."""
-    def refuse(reads, writes):
-        raise OSError("the kernel said no")
-
-    ran = []
-    monkeypatch.setattr(landlock_exec, "fence", refuse)
-    monkeypatch.setattr(os, "execvpe", lambda *args: ran.append(args))
-    assert landlock_exec.main(["--write", "/tmp", "--", "true"]) == landlock_exec.CANNOT_FENCE
-    assert ran == [] and "could not be applied: the kernel said no" in capsys.readouterr().err
+def test_a_ruleset_that_cannot_be_applied_runs_nothing(tmp_path):
+    """Whatever stops the ruleset, the program is never run unfenced: the fence's program with a kernel that
+    refuses (its ruleset call made to fail) exits 126, and the command it was given never ran."""
+    made = tmp_path / "ran"
+    refusing = (
+        "import sys\n"
+        "from swarm_panel.app.fence import landlock_exec\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise OSError('the kernel said no')\n"
+        "landlock_exec.fence = refuse\n"
+        f"sys.exit(landlock_exec.main(['--write', {str(tmp_path)!r}, '--', 'touch', {str(made)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", refusing], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 126
+    assert "the fence could not be made: the kernel said no" in done.stderr and not made.exists()
 
 
 
@@ -180,3 +191,18 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "State:\tZ" not in status
+
+
+def test_guarantees_say_what_each_fence_holds_here_and_why(monkeypatch):
+    from swarm_panel.app.fence.guarantees import ABSTRACT, ENV, NAMED_SOCKETS, PROC, SIGNALS, TREE, guarantees
+
+    none = {g.what: g for g in guarantees(Fence(NONE, reason="bubblewrap (bwrap) is not installed"))}
+    assert none[ENV].held and not any(g.held for what, g in none.items() if what != ENV)
+    assert "bubblewrap (bwrap) is not installed" in none[TREE].why
+    monkeypatch.setattr(landlock, "abi", lambda: 5)
+    monkeypatch.setattr(landlock, "probe_namespaces", lambda: "unshare: Operation not permitted")
+    held = {g.what: g.held for g in guarantees(Fence(LANDLOCK))}
+    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree.
+    assert held[TREE] and not held[PROC] and not held[SIGNALS] and not held[ABSTRACT] and not held[NAMED_SOCKETS]
+    bubblewrap = {g.what: g.held for g in guarantees(Fence(BWRAP, "/usr/bin/bwrap"))}
+    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and not bubblewrap[ABSTRACT]
