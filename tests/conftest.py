@@ -26,6 +26,12 @@ def _own_worktrees(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SWARM_PANEL_WORKTREES", str(tmp_path_factory.mktemp("worktrees")))
 
 
+@pytest.fixture(autouse=True)
+def _own_key_folder(tmp_path_factory, monkeypatch):
+    """The panel keys servers publish (app.service.panel_key_file): each test's own, none in the user's data folder."""
+    monkeypatch.setenv("SWARM_PANEL_KEYS", str(tmp_path_factory.mktemp("keys")))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A random-weight llama GGUF of about 1 MB, written once per test session."""

@@ -168,8 +168,24 @@ def check_api_key(expected: str | None, authorization: str | None, x_api_key: st
     bearer_ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
     header_ok = x_api_key is not None and hmac.compare_digest(x_api_key.strip().encode(), expected.encode())
     if not (bearer_ok or header_ok):
-        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        raise unauthorized()
+
+
+def unauthorized(message: str = "missing or wrong API key: send 'Authorization: Bearer <key>' or "
+                                "'x-api-key: <key>'") -> APIError:
+    return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(message: str) -> APIError:
+    return APIError(403, message, code="forbidden")
+
+
+def presented_key(authorization: str | None, x_api_key: str | None = None) -> str | None:
+    """The key a request sends: its bearer token, else its x-api-key."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return x_api_key.strip() if x_api_key and x_api_key.strip() else None
 
 
 async def read_json(request: Request, limit: int) -> Any:

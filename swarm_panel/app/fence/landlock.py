@@ -81,9 +81,10 @@ def visible_roots(hidden: list[Path]) -> list[Path]:
     return roots
 
 
-def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None) -> list[str]:
+def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None, *, connect: tuple[int, ...] = ()) -> list[str]:
     """`argv` run in `cwd` under a Landlock ruleset: the small program applies it, then becomes the harness.
-    This process is to start it: the harness ends when this process does."""
+    This process is to start it: the harness ends when this process does. `connect`: the only TCP ports it
+    may connect to (none bound); empty: TCP as the host's."""
     hidden = hidden_folders(home)
     options: list[str] = []
     for path in [*visible_roots(hidden), *reexposed(argv, walls, hidden)]:
@@ -92,4 +93,6 @@ def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None) -> list
         options += ["--write", str(host)]
     if walls.tmp is not None:
         options += ["--tmp", str(walls.tmp)]
+    for port in connect:
+        options += ["--connect", str(port)]
     return [*exec_prefix(), *options, "--chdir", str(cwd), "--parent", str(os.getpid()), "--", *argv]

@@ -3,7 +3,8 @@ the harness and everything it starts may read only beneath the --read paths and 
 --write ones (and the terminals, /dev/null and /dev/shm). Executing is not restricted: what is read may run.
 
 `python -m swarm_panel.app.fence.landlock_exec [--read P]... [--write P]... [--tmp P] [--chdir P] [--parent PID]
--- ARGV`.
+[--connect PORT]... -- ARGV`. With --connect, a second ruleset (app.fence.landlock_net) lets it bind no TCP port
+and connect to those TCP ports only; a kernel without Landlock's TCP rules (ABI 4) runs it with a warning.
 It exits 126 where the ruleset cannot be applied (nothing runs unfenced) and 127 where ARGV cannot be run.
 """
 
@@ -29,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tmp", help="the TMPDIR the program is given, writable as a --write path")
     parser.add_argument("--chdir", help="the folder it starts in")
     parser.add_argument("--parent", type=int, help="the launcher's pid: the program ends when it does")
+    parser.add_argument("--connect", action="append", type=int, default=[],
+                        help="a TCP port it may connect to; given, it may bind none and connect to no other")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
     return parser
 
@@ -80,6 +83,20 @@ def fence(reads: list[str], writes: list[str]) -> None:
     ruleset.apply()
 
 
+def _restrict_tcp(ports: list[int]) -> bool:
+    """False where the TCP rules exist but could not be applied: then nothing runs."""
+    from swarm_panel.app.fence import landlock_net
+
+    try:
+        landlock_net.restrict_tcp(ports)
+    except landlock_net.Unsupported as exc:  # the filesystem's ruleset holds; a kernel before 6.7 cannot hold TCP
+        print(f"landlock_exec: warning: TCP is not fenced: {exc}", file=sys.stderr)
+    except (OSError, ValueError) as exc:
+        print(f"landlock_exec: the Landlock TCP rules could not be applied: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def main(args: list[str] | None = None) -> int:
     options = _parser().parse_args(args)
     argv = options.argv[1:] if options.argv[:1] == ["--"] else options.argv
@@ -90,6 +107,8 @@ def main(args: list[str] | None = None) -> int:
         fence(options.read, [*options.write, *([options.tmp] if options.tmp else [])])
     except Exception as exc:  # noqa: BLE001 - whatever stops the ruleset, the harness must not run unfenced
         print(f"landlock_exec: the Landlock ruleset could not be applied: {exc}", file=sys.stderr)
+        return CANNOT_FENCE
+    if options.connect and not _restrict_tcp(options.connect):
         return CANNOT_FENCE
     die_with_parent(options.parent)
     env = dict(os.environ)
