@@ -7,7 +7,8 @@ and ADMIN (changing the scheduler or its policy).
   under its own name whatever the path or body names (its sub-agents still come as NAME/ID), another agent's
   path is refused, and so is a priority of its own choosing.
 - No key (or a key nobody issued): where the user set --api-key, nothing; else the inference and read routes,
-  as before agents had keys, but not under the name of an agent that holds one. ADMIN always needs the panel's.
+  as before agents had keys, but not under the name of an agent that holds one, however it is named (path,
+  header, body: `check_name` where the name is settled). ADMIN always needs the panel's.
 Refusals are errors in the route's API shape (a 401 for a missing key, a 403 for a key that may not do this).
 """
 
@@ -24,6 +25,7 @@ from swarm_panel.app.service.panel_key_file import folder
 
 INFERENCE, READ, ADMIN = "inference", "read", "admin"
 PRIORITY_HEADER = "x-agent-priority"
+RESERVED = "swarm_panel.reserved_names"  # in the scope of a request without an agent's key
 
 
 def guard(keys: AgentKeys, route: str) -> Callable[[Request], Awaitable[None]]:
@@ -50,8 +52,14 @@ def guard(keys: AgentKeys, route: str) -> Callable[[Request], Awaitable[None]]:
             raise unauthorized(f"{what} needs the panel's key: the server's --api-key, else the key it wrote to "
                                f"{folder()}/PORT.key; send it as 'Authorization: Bearer <key>'")
         if route == INFERENCE:
-            claimed = (agent_from_scope(request.scope) or request.headers.get("x-agent-name") or "").strip()
-            if claimed and claimed in keys.names():
-                raise forbidden(f"{claimed} is a launched agent: its requests need its own key")
+            request.scope[RESERVED] = keys.names()
+            check_name(request.scope, agent_from_scope(request.scope) or request.headers.get("x-agent-name") or "")
 
     return check
+
+
+def check_name(scope, agent: str) -> None:
+    """Refuses a request without its agent's key that would be served as a launched agent (or its sub-agent)."""
+    name = agent.strip().split("/", 1)[0]
+    if name and name in scope.get(RESERVED, ()):
+        raise forbidden(f"{name} is a launched agent: its requests need its own key")

@@ -75,9 +75,16 @@ def test_without_an_api_key_the_users_clients_need_none_but_the_scheduler_needs_
         key = service.agent_keys.issue("coder-1")
         assert_error(httpx.post(f"{url}/agents/coder-1/v1/chat/completions", json=CHAT), 403, contains="coder-1")
         assert_error(httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers={"x-agent-name": "coder-1"}), 403)
+        assert_error(httpx.post(f"{url}/v1/chat/completions", json=CHAT | {"user": "coder-1"}), 403)
+        assert_error(httpx.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 2, "user": "coder-1"}),
+                     403)
+        anthropic = httpx.post(f"{url}/v1/messages", json=MESSAGES | {"metadata": {"user_id": "coder-1"}})
+        assert anthropic.status_code == 403 and anthropic.json()["error"]["type"] == "permission_error"
+        assert httpx.post(f"{url}/v1/chat/completions", json=CHAT | {"user": "coder-10"}).status_code == 200
         service.agent_keys.revoke(key)
         assert httpx.post(f"{url}/agents/coder-1/v1/chat/completions", json=CHAT).status_code == 200
         assert_error(httpx.put(f"{url}/v1/scheduler", json={"num_lanes": 1}, headers=bearer(key)), 401)
+        assert [r.agent for r in service.requests.records() if r.status == 200][-1] == "coder-1"
 
 
 def test_the_published_key_is_the_users_alone_and_goes_with_the_server():
