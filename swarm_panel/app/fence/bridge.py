@@ -33,7 +33,7 @@ def exec_prefix() -> list[str]:
 
 
 def command(forwards: dict[int, str], argv: list[str]) -> list[str]:
-    """`argv` started by the bridge, which forwards each 127.0.0.1 port to its socket (a path as the harness sees it)."""
+    """`argv` started by the bridge, which forwards each 127.0.0.1 port to its socket (as the harness sees it)."""
     options = [word for port, path in sorted(forwards.items()) for word in ("--forward", f"{port}={path}")]
     return [*exec_prefix(), *options, "--", *argv]
 

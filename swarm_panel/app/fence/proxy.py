@@ -123,13 +123,13 @@ class Proxy:
             address = await resolve(host, port)
             try:
                 upstream = await asyncio.wait_for(asyncio.open_connection(address, port), CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 raise Refused(502, f"cannot connect to {host}:{port}: {exc}") from None
         except Refused as exc:
             log.info("proxy refused a request: %s", exc)
             await _answer(writer, exc.status, str(exc))
             return
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             writer.close()
             return
         if upstream_head is None:

@@ -38,8 +38,8 @@ from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
 from swarm_panel.app.endpoint.streaming import KEEPALIVE, EventStreamResponse, relayed_with_heartbeat, unless_hung_up
 from swarm_panel.app.gateway.admission import Gateway, Lease
 from swarm_panel.app.gateway.prom import build_gateway_registry
-from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.gateway.request_facts import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.settings.schema import Settings
 
 log = logging.getLogger(__name__)
