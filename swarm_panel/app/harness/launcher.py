@@ -1,7 +1,8 @@
 """Launched harnesses: each one in its own workspace (app.workspace: a git worktree on its own branch, or a
 copy), inside the fence (app.fence) where there is one, a process in its own process group, watched on the
 asyncio loop, its output's tail kept, its config home removed when it ends; its turns are its requests in the
-service's request log, under the name its base URL gives it.
+service's request log, under the name its base URL gives it. Each holds, until it ends, a key of its own from
+the server's registry (app.service.agent_keys) and the way out its fence allows (app.fence.network).
 
 Inside the fence the worktree is seen at its config home's slot's path (/tmp/swarm-panel-KIND-work-SLOT):
 Claude Code and Qwen Code write the working folder into their prompt, so a later session in the same slot
