@@ -76,7 +76,7 @@ def test_live_scheduler_switch_while_requests_run_loses_nothing():
         async def on_turn(agent: int, turn: int) -> None:
             if agent == 0 and turn < len(switches):
                 async with httpx.AsyncClient() as http:
-                    resp = await http.put(url, json=switches[turn])
+                    resp = await http.put(url, json=switches[turn], headers=panel(srv))
                     assert resp.status_code == 200, resp.text
                     seen.append(resp.json())
 
