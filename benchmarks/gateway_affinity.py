@@ -32,6 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from swarm_panel.app.service import panel_key_file  # noqa: E402
 from swarm_panel.runtime.serving.metrics import percentile  # noqa: E402
 from swarm_panel.runtime.workloads.workload import prompt_text, system_text, tool_text  # noqa: E402
 
@@ -146,7 +147,8 @@ def main() -> int:
                                                        "errors": 0, "seconds": 0.0, "rounds": []})
         for r in range(args.rounds):
             routing = ("affinity", "round-robin")[r % 2]
-            httpx.put(f"{gateway}/v1/scheduler", json={"routing": routing}).raise_for_status()
+            steer = {"Authorization": f"Bearer {panel_key_file.read(gateway)}"}  # the key the gateway published
+            httpx.put(f"{gateway}/v1/scheduler", json={"routing": routing}, headers=steer).raise_for_status()
             result = asyncio.run(_round(gateway, args, salt=r))
             t = totals[routing]
             for key in ("prompt", "cached", "output", "errors", "seconds"):

@@ -26,6 +26,16 @@ def _own_worktrees(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SWARM_PANEL_WORKTREES", str(tmp_path_factory.mktemp("worktrees")))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_key_folder(tmp_path_factory):
+    """The panel keys servers publish (app.service.panel_key_file): the test run's own, none in the user's data
+    folder; one for the session, as a module's server outlives a test."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SWARM_PANEL_KEYS", str(tmp_path_factory.mktemp("keys")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A random-weight llama GGUF of about 1 MB, written once per test session."""

@@ -123,7 +123,8 @@ async def scenario(qtbot, tmp_path, backends) -> None:
             assert not switch.buttons["naive"].isEnabled()
             assert switch.buttons["naive"].toolTip() == EMBEDDED_ONLY_TIP
             async with httpx.AsyncClient() as plain:  # on the loop: the gateway answers on this very loop
-                answer = await plain.put(f"{http.url}/v1/scheduler", json={"policy": "fewest-in-flight"})
+                answer = await plain.put(f"{http.url}/v1/scheduler", json={"policy": "fewest-in-flight"},
+                                         headers={"Authorization": f"Bearer {window.service.agent_keys.panel_key}"})
             assert answer.json()["policy"] == "fewest-in-flight"
             window._ticks = 0
             window.refresh()

@@ -12,6 +12,7 @@ import pytest
 
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 from swarm_panel.app.server.http_server import ThreadedHttpServer
+from tests.app.server.test_server_common import panel
 from tests.ui.test_ui_common import SHORT_LENGTHS, STEADY_CARD, card, no_user_config, window  # noqa: F401
 
 # A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
@@ -41,7 +42,7 @@ def test_a_change_over_http_moves_the_switch_and_the_knobs(window, qtbot):
     assert window.controls.buttons["naive"].isChecked()
     with ThreadedHttpServer(window.service, port=0) as server:
         response = httpx.put(f"{server.url}/v1/scheduler", json={"policy": "shrinking", "num_lanes": 4,
-                                                                  "prefill_chunk": 128})
+                                                                  "prefill_chunk": 128}, headers=panel(server))
         assert response.status_code == 200, response.text
     qtbot.waitUntil(lambda: window.controls.buttons["shrinking"].isChecked(), timeout=2000)
     assert window.controls.num_lanes.value() == 4

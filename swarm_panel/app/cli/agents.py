@@ -4,10 +4,11 @@
 fence launches run in with what it holds on this machine, and the agents' kept workspaces.
 `agents run KIND --dir FOLDER` starts the engine and the endpoint in this process, on any free port
 unless --port is given, launches N agents of the kind against it, each in its own worktree of the folder
-(branch swarm-panel/NAME) inside the fence, waits for them to end (or --timeout, then stops them) and prints
-one row per agent: its exit code, its turns as the server logged them, the first turn's time, the prompt
-tokens computed on each turn, what it changed and its final answer's end. Without --n-ctx the context is
-raised, where needed, to hold the kind's first turn and its output.
+(branch swarm-panel/NAME) inside the fence (the endpoint its only network, unless --network), each with a
+key of its own that serves its own requests and steers nothing, waits for them to end (or --timeout, then
+stops them) and prints one row per agent: its exit code, its turns as the server logged them, the first
+turn's time, the prompt tokens computed on each turn, what it changed and its final answer's end. Without
+--n-ctx the context is raised, where needed, to hold the kind's first turn and its output.
 `agents diff NAME`, `agents apply NAME` and `agents discard NAME|--all` review and land or drop their work.
 """
 
@@ -63,6 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="with --fence auto, where no fence (bubblewrap or Landlock) works, launch the harnesses "
                           "anyway: they then run with your rights over all your files. Without this nothing is "
                           "launched there. No effect where a fence works")
+    run.add_argument("--network", action="store_true",
+                     help="let each fenced harness reach the internet through a proxy that refuses this machine "
+                          "and its network (loopback, private and link-local addresses); a harness that ignores "
+                          "HTTPS_PROXY has none still. Without it a fenced harness reaches the endpoint only")
     run.add_argument("--request-timeout", type=float, default=None, metavar="S",
                      help="raise every harness's request and quiet-stream timeouts to S seconds (default: each "
                           "harness's own, which the server's keep-alives hold through a long prompt)")
@@ -178,7 +183,8 @@ async def launch_and_wait(settings: Settings, kind: HarnessKind, args: argparse.
         return None
     try:
         await http.start()
-        launcher = Launcher(service.requests, options=options, unconfined=args.unconfined, fence=fence)
+        launcher = Launcher(service.requests, options=options, unconfined=args.unconfined, fence=fence,
+                            keys=service.agent_keys, network=args.network)
         print(f"fence: {launcher.fence.describe()}", file=sys.stderr, flush=True)
         if not launcher.fence.available:
             print("warning: the harnesses run unfenced, with your rights over all your files (--unconfined)",

@@ -9,7 +9,6 @@ ends with the API's own error event and proper end (`stream_failure`).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -160,16 +159,22 @@ def _sse(payload: dict[str, Any], event: str | None = None) -> bytes:
     return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def check_api_key(expected: str | None, authorization: str | None, x_api_key: str | None = None) -> None:
-    """The key as a bearer token (OpenAI clients, ANTHROPIC_AUTH_TOKEN) or in x-api-key (Anthropic SDKs)."""
-    if expected is None:
-        return
+def unauthorized(message: str = "missing or wrong API key: send 'Authorization: Bearer <key>' or "
+                                "'x-api-key: <key>'") -> APIError:
+    return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(message: str) -> APIError:
+    return APIError(403, message, code="forbidden")
+
+
+def presented_key(authorization: str | None, x_api_key: str | None = None) -> str | None:
+    """The key a request sends: its bearer token (OpenAI clients, ANTHROPIC_AUTH_TOKEN), else its x-api-key
+    (Anthropic SDKs); app.endpoint.access says whose it is."""
     scheme, _, token = (authorization or "").partition(" ")
-    bearer_ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
-    header_ok = x_api_key is not None and hmac.compare_digest(x_api_key.strip().encode(), expected.encode())
-    if not (bearer_ok or header_ok):
-        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return x_api_key.strip() if x_api_key and x_api_key.strip() else None
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -21,6 +21,7 @@ from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
 from swarm_panel.app.chat.reply import ReplyParser
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
+from swarm_panel.app.endpoint.access import check_name
 from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
@@ -308,6 +309,7 @@ class ServerCore:
         grammar = chat_grammar(engine, body, facts.tool_format)
         text, prompt_ids = await self.render_chat_request(engine, body)
         agent = agent or agent_of(body.user, request)
+        check_name(request.scope, agent)
         declared = {t.function.name: t.function.parameters or {} for t in body.tools or []} if body.template_tools() else None
         thinking = facts.think is not None and starts_thinking(text, facts.think)
         parsers = [ReplyParser(facts.tool_format if declared is not None else None, declared,
@@ -321,6 +323,7 @@ class ServerCore:
     async def start_completion(self, request: Request, engine: Engine, thread: EngineThread, body: SamplingRequest,
                                prompt_ids: list[int], agent: str) -> ChatRun:
         started = time.monotonic()
+        check_name(request.scope, agent)
         body = self.sampled(body)
         grammar = None
         if body.grammar is not None:

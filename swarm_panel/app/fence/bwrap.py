@@ -1,6 +1,6 @@
 """A bubblewrap (bwrap) command line around a harness: it writes only its worktree, its config home and a
-private /tmp, reads the rest of the system read-only, and shares the host's network so the endpoint on
-127.0.0.1 stays reachable (a network namespace of its own would have no loopback to the server).
+private /tmp, reads the rest of the system read-only, and with a network plan (app.fence.network) has a
+network namespace of its own, the endpoint on 127.0.0.1 carried in by the bridge; without one, the host's.
 
 Mounts, in order (bwrap applies them in order, later ones on top of earlier ones):
 - `/` read-only, a fresh /dev (its own /dev/shm and terminals) and /proc (its own pid namespace: its
@@ -23,6 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from swarm_panel.app.fence import bridge
+from swarm_panel.app.fence.network import SEEN, NetPlan
 from swarm_panel.app.fence.program import exec_prefix
 from swarm_panel.app.fence.walls import BWRAP, Walls, hidden_folders, reexposed, symlinks
 
@@ -61,13 +63,17 @@ def _base_options() -> list[str]:
     return options
 
 
-def command(executable: str, argv: list[str], walls: Walls, cwd: Path, home: Path | None) -> list[str]:
-    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap, below the reaper."""
+def command(executable: str, argv: list[str], walls: Walls, cwd: Path, home: Path | None, *,
+            net: NetPlan | None = None) -> list[str]:
+    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap, below the reaper. `net`: a
+    network namespace of its own, the bridge (app.fence.bridge) starting `argv` and carrying the plan's
+    ports to their relays."""
     hidden = hidden_folders(home, walls.hidden)
     options = _base_options()
     for folder in hidden:
         options += ["--tmpfs", str(folder)]
-    shown = reexposed(argv, walls, hidden)
+    bridged = argv if net is None else bridge.command(net.forwards(), argv)
+    shown = list(dict.fromkeys([*reexposed(argv, walls, hidden), *reexposed(bridged, Walls(()), hidden)]))
     for path in shown:
         options += ["--ro-bind", str(path), str(path)]
     for link, target in symlinks(argv, hidden):
@@ -77,6 +83,8 @@ def command(executable: str, argv: list[str], walls: Walls, cwd: Path, home: Pat
         options += ["--bind", str(host), str(seen)]
     for host, seen in walls.sealed:
         options += ["--ro-bind", str(host), str(seen)]
+    if net is not None and net.sockets is not None:
+        options += ["--unshare-net", "--ro-bind", str(net.sockets), str(SEEN)]
     # The host's TMPDIR may name a folder the fence keeps read-only.
     return [*exec_prefix(), "--supervise-only", "--parent", str(os.getpid()), "--", executable or BWRAP, *options,
-            "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--", *argv]
+            "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--", *bridged]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarm_panel.app.fence import bwrap, landlock
+from swarm_panel.app.fence.network import NetPlan
 from swarm_panel.app.fence.walls import AUTO, BWRAP, INSTALL_HINT, LANDLOCK, NONE, Fence, Walls
 
 CHOICES = (AUTO, BWRAP, LANDLOCK)
@@ -33,10 +34,12 @@ def detect(prefer: str = AUTO, *, bwrap_executable: str | None = None) -> Fence:
     return Fence(NONE, reason=f"{'; '.join(reasons)}; {INSTALL_HINT}", asked=prefer)
 
 
-def wrap(fence: Fence, argv: list[str], walls: Walls, cwd: Path, *, home: Path | None = None) -> list[str]:
-    """`argv` run in `cwd` inside the fence (unchanged without one). `home`: the user's own home, to hide."""
+def wrap(fence: Fence, argv: list[str], walls: Walls, cwd: Path, *, home: Path | None = None,
+         net: NetPlan | None = None) -> list[str]:
+    """`argv` run in `cwd` inside the fence (unchanged without one). `home`: the user's own home, to hide.
+    `net`: what it may reach over the network (app.fence.network); None: the host's network."""
     if fence.kind == BWRAP:
-        return bwrap.command(fence.executable or "bwrap", argv, walls, cwd, home)
+        return bwrap.command(fence.executable or "bwrap", argv, walls, cwd, home, net=net)
     if fence.kind == LANDLOCK:
-        return landlock.command(argv, walls, cwd, home)
+        return landlock.command(argv, walls, cwd, home, connect=net.ports if net is not None else ())
     return list(argv)

@@ -48,8 +48,8 @@ def _bubblewrap() -> list[Guarantee]:
         Guarantee(TTY, True, "a fresh /dev with its own terminals, and a new session (--new-session)"),
         Guarantee(CAPS, True, "--cap-drop ALL as root; an unprivileged bwrap gives none"),
         Guarantee(SIGNALS, True, "its own pid namespace: no host process is there to signal"),
-        Guarantee(ABSTRACT, False, "abstract sockets belong to the network namespace, which it shares with "
-                                   "the host (the network fence's own namespace gives one)"),
+        Guarantee(ABSTRACT, True, "its own network namespace (--unshare-net), the endpoint bridged in "
+                                  "(app.fence.network)"),
         Guarantee(NAMED_SOCKETS, False, "a socket on the read-only / is still connected to (read-only stops "
                                         "writes, not connect)"),
     ]

@@ -89,10 +89,12 @@ def visible_roots(hidden: list[Path]) -> list[Path]:
     return roots
 
 
-def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None, *, namespaces: bool | None = None) -> list[str]:
+def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None, *, namespaces: bool | None = None,
+            connect: tuple[int, ...] = ()) -> list[str]:
     """`argv` run in `cwd` under a Landlock ruleset: the small program applies it, then starts the harness
     and stays above it. This process is to start it: the harness ends when this process does.
-    `namespaces`: None, where this machine gives them (probed once)."""
+    `namespaces`: None, where this machine gives them (probed once). `connect`: the only TCP ports it may
+    connect to (none bound); empty: TCP as the host's."""
     hidden = hidden_folders(home, walls.hidden)
     options: list[str] = []
     # /dev beside the rest: a disk's device is its whole content, the home's too; landlock_exec grants
@@ -107,4 +109,6 @@ def command(argv: list[str], walls: Walls, cwd: Path, home: Path | None, *, name
         namespaces = not probe_namespaces()
     if namespaces:
         options.append("--namespaces")
+    for port in connect:
+        options += ["--connect", str(port)]
     return [*exec_prefix(), *options, "--chdir", str(cwd), "--parent", str(os.getpid()), "--", *argv]

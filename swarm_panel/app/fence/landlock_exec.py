@@ -6,7 +6,9 @@ own, and with --namespaces its own pid and mount namespaces: a /proc of its own,
 terminals, and every process gone the moment the harness ends.
 
 `landlock_exec [--read P]... [--write P]... [--tmp P] [--chdir P] [--parent PID] [--namespaces]
-[--supervise-only] -- ARGV`. --supervise-only: ARGV is a fence of its own (bwrap): only reap below it.
+[--connect PORT]... [--supervise-only] -- ARGV`. --supervise-only: ARGV is a fence of its own (bwrap): only
+reap below it. With --connect, the ruleset lets it bind no TCP port and connect to those TCP ports
+only; a kernel without Landlock's TCP rules (ABI 4) runs it with a warning.
 It exits 126 where the fence cannot be made (nothing runs unfenced), 127 where ARGV cannot be run, else
 as ARGV did (a signal as the same signal; under --namespaces as 128 + the signal).
 """
@@ -49,17 +51,31 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent", type=int, help="the launcher's pid: everything ends when it does")
     parser.add_argument("--namespaces", action="store_true",
                         help="new pid and mount namespaces (and a user namespace where not root)")
+    parser.add_argument("--connect", action="append", type=int, default=[],
+                        help="a TCP port it may connect to; given, it may bind none and connect to no other")
     parser.add_argument("--supervise-only", action="store_true",
                         help="apply nothing: ARGV is a fence of its own (bwrap); only reap below it")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
     return parser
 
 
-def fence(reads: list[str], writes: list[str], *, private_devices: bool = False) -> None:
-    """Applies the ruleset to this process (and what it will exec); raises OSError where it cannot."""
+def fence(reads: list[str], writes: list[str], *, private_devices: bool = False, connect: list[int] = ()) -> None:
+    """Applies the ruleset to this process (and what it will exec); raises OSError where it cannot.
+    `connect`: given, no TCP port may be bound and only these connected to (ABI 4; an older kernel runs
+    with the filesystem's rules and a warning, as it cannot hold TCP)."""
     abi = ll.abi_version()
-    ruleset = ll.Ruleset(abi, ll.handled(READ | WRITE | ll.IOCTL_DEV, abi),
+    net = 0
+    if connect and abi >= ll.NET_SINCE:
+        net = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+    elif connect:
+        print(f"landlock_exec: warning: TCP is not fenced: the kernel's Landlock ABI is {abi}; TCP rules need "
+              f"{ll.NET_SINCE} (Linux 6.7)", file=sys.stderr, flush=True)
+    ruleset = ll.Ruleset(abi, ll.handled(READ | WRITE | ll.IOCTL_DEV, abi), net=net,
                          scoped=SCOPES if abi >= ll.SCOPES_SINCE else 0)
+    for port in sorted(set(connect)) if net else ():
+        if not 0 < port < 65536:
+            raise ValueError(f"not a TCP port: {port}")
+        ruleset.allow_port(port, ll.NET_CONNECT_TCP)
     for path in reads:
         ruleset.allow_path(path, READ)
     for path in writes:
@@ -107,7 +123,7 @@ def _harness(options: argparse.Namespace, argv: list[str]) -> NoReturn:
         die_with_parent(signal.SIGKILL)
         if not options.supervise_only:
             writes = [*options.write, *([options.tmp] if options.tmp else [])]
-            fence(options.read, writes, private_devices=options.namespaces)
+            fence(options.read, writes, private_devices=options.namespaces, connect=options.connect)
             drop_capabilities()
     except Exception as exc:  # noqa: BLE001 - whatever stops the fence, the harness must not run unfenced
         os._exit(_cannot_fence(str(exc)))

@@ -7,7 +7,8 @@ on another; failing mid-answer ends that one response with an error event (or a 
 A Responses API request naming a stored response goes to the backend that answered it, and GET and
 DELETE of /v1/responses/{id} (and its input_items) are forwarded there too. Also served: /health,
 /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler (gateway policy and
-routing), GET /v1/models (the first backend that is up).
+routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.access): PUT
+/v1/scheduler needs the panel's key (the user's --api-key, else the one the gateway made and published).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from swarm_panel.app.endpoint.access import ADMIN, INFERENCE, READ, guard
 from swarm_panel.app.endpoint.errors import (
     APIError,
     ClientGone,
     bad_request,
-    check_api_key,
     install_error_handlers,
     read_body,
     read_json,
@@ -38,6 +39,7 @@ from swarm_panel.app.endpoint.streaming import KEEPALIVE, EventStreamResponse, r
 from swarm_panel.app.gateway.admission import Gateway, Lease
 from swarm_panel.app.gateway.prom import build_gateway_registry
 from swarm_panel.app.gateway.request_facts import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.settings.schema import Settings
 
 log = logging.getLogger(__name__)
@@ -272,29 +274,33 @@ class Forwarder:
         raise APIError(404, f"no backend holds response {stored_id!r}", code="response_not_found")
 
 
-def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Settings]) -> FastAPI:
-    """settings may be a callable: the panel's API key can change while its gateway runs."""
+def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Settings],
+                       keys: AgentKeys | None = None) -> FastAPI:
+    """settings may be a callable: the panel's API key can change while its gateway runs. `keys`: the panel's
+    (its launched agents may use the gateway for inference, never steer it); None: the gateway's own."""
     current = settings if callable(settings) else lambda: settings
+    if keys is None:
+        keys = AgentKeys(lambda: current().api_key.get_secret_value() if current().api_key else None)
     app = FastAPI(title="swarm-panel gateway", summary="One OpenAI-compatible endpoint in front of many engines",
                   version="0.1.0")
     forwarder = Forwarder(gateway, lambda: current().stream_heartbeat_s)
     registry = build_gateway_registry(gateway)
     app.state.gateway = gateway
     app.state.forwarder = forwarder
+    app.state.keys = keys
     install_error_handlers(app)
 
-    async def require_key(request: Request) -> None:
-        key = current().api_key
-        check_api_key(key.get_secret_value() if key is not None else None, request.headers.get("authorization"))
-
-    guarded = [Depends(require_key)]
+    guarded = [Depends(guard(keys, INFERENCE))]
+    reads = [Depends(guard(keys, READ))]
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
+    # Not under v1's own guard: an agent's key, good there, is refused here.
+    control = APIRouter(prefix="/v1")
 
-    @v1.get("/scheduler")
+    @control.get("/scheduler", dependencies=reads)
     async def get_scheduler():
         return gateway.state()
 
-    @v1.put("/scheduler")
+    @control.put("/scheduler", dependencies=[Depends(guard(keys, ADMIN))])
     async def put_scheduler(request: Request):
         raw = await read_json(request, current().max_body_bytes)
         if not isinstance(raw, dict) or not set(raw) <= {"policy", "routing"} or not raw:
@@ -343,9 +349,10 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
         except ClientGone:
             return Response(status_code=499)
 
+    app.include_router(control)
     app.include_router(v1)
 
-    @app.get("/metrics", dependencies=guarded)
+    @app.get("/metrics", dependencies=reads)
     async def metrics():
         return Response(render(registry), media_type=CONTENT_TYPE)
 

@@ -15,6 +15,7 @@ from swarm_panel.app.server.http_server import (
     _is_loopback,
     bind_socket,
 )
+from swarm_panel.app.service import panel_key_file
 from swarm_panel.app.settings.schema import Settings
 
 
@@ -56,6 +57,9 @@ class GatewayServer:
                 self._task.result()
                 raise RuntimeError(f"the gateway on {self.url} stopped while starting")
             await asyncio.sleep(0.005)
+        keys = self.app.state.keys
+        if not keys.user_set:  # the user's own --api-key is theirs to hand out, never written down here
+            panel_key_file.write(self.port, keys.generated)
 
     async def stop(self) -> None:
         server, task = self._server, self._task
@@ -63,5 +67,7 @@ class GatewayServer:
             server.should_exit = True
             await task
         self._server = self._task = None
+        if self.port is not None:
+            panel_key_file.remove(self.port)
         await self.gateway.stop()
         await self.app.state.forwarder.close()

@@ -3,7 +3,9 @@ copy), inside the fence (app.fence), a process in its own process group, watched
 output's tail kept, its config home removed when it ends; its turns are its requests in the service's request
 log, under the name its base URL gives it. Without a fence nothing is launched unless the user opted in
 (`unconfined`); a fence that was named and cannot run refuses every launch. A run is marked ended only once
-every process it started has ended (the fence's reaper returns last; Stop's kill reaches them all).
+every process it started has ended (the fence's reaper returns last; Stop's kill reaches them all). Each holds,
+until it ends, a key of its own from the server's registry (app.service.agent_keys) and the way out its fence
+allows (app.fence.network).
 
 Inside the fence the worktree is seen at its config home's slot's path (/tmp/swarm-panel-KIND-work-SLOT):
 Claude Code and Qwen Code write the working folder into their prompt, so a later session in the same slot
@@ -22,14 +24,16 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from swarm_panel.app.fence.choose import detect, wrap
+from swarm_panel.app.fence.network import AgentNetwork
 from swarm_panel.app.fence.reaper import kill_tree
 from swarm_panel.app.fence.walls import AUTO, BWRAP, LANDLOCK, Fence, Walls
 from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
 from swarm_panel.app.harness.kinds import HarnessKind
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord
 from swarm_panel.app.workspace.create import create
 from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, out
@@ -124,7 +128,8 @@ class Launcher:
 
     def __init__(self, requests: RequestLog | None = None, *, options: HarnessOptions | None = None,
                  state_dir: Path | None = None, grace_s: float = STOP_GRACE_S, workspaces: Path | None = None,
-                 unconfined: bool = False, fence: Fence | None = None) -> None:
+                 unconfined: bool = False, fence: Fence | None = None, keys: AgentKeys | None = None,
+                 network: bool = False) -> None:
         self.requests = requests
         self.options = options or HarnessOptions()
         self.state_dir = state_dir  # where config homes go; None: the system's temp folder
@@ -133,6 +138,11 @@ class Launcher:
         # Without a fence, a harness is launched only on this explicit opt-in.
         self.unconfined = unconfined
         self._fence = fence
+        # Where the server keeps its agents' keys: each agent gets its own (never the user's --api-key),
+        # good for its own inference only. None: each gets options.api_key, as a server elsewhere needs.
+        self.keys = keys
+        self.network = network  # a fenced agent reaches the internet through the proxy (app.fence.network)
+        self._held: dict[HarnessRun, tuple[str | None, AgentNetwork | None]] = {}
         self.runs: list[HarnessRun] = []
         self._numbers: Counter[str] = Counter()
 
@@ -216,24 +226,42 @@ class Launcher:
             run.home = free_home(Path(self.state_dir or tempfile.gettempdir()), run.kind.key)
             tree = self._tree_seen_at(run, ws)
             inside = tree / Path(ws.folder).relative_to(ws.tree)
+            options, net = await self._access(run, server_url)
             # The recipe reads the folder (aider lists its files) here, outside: its real path.
             launch = prepare(run.kind.recipe_name, Job(executable, server_url, run.name, Path(ws.folder), run.task,
-                                                       run.home, self.options))
-            argv = wrap(self.fence, launch.argv, self._walls(run, ws, tree), inside)
+                                                       run.home, options))
+            argv = wrap(self.fence, launch.argv, self._walls(run, ws, tree), inside, net=net.plan if net else None)
             process = await asyncio.create_subprocess_exec(
-                *argv, cwd=ws.folder, env=launch.env, stdin=asyncio.subprocess.DEVNULL,
+                *argv, cwd=ws.folder, env=net.environ(launch.env) if net else launch.env,
+                stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)  # its own process group: a stop reaches what it started too
         except (OSError, ValueError) as exc:
             log.warning("%s did not start: %s", run.name, exc)
             run.status, run.error, run.ended = FAILED, str(exc), time.time()
             _remove(run)
+            await self._release(run)
             return
         log.info("%s started: pid %d in %s (%s)", run.name, process.pid, ws.folder, run.confinement)
         run.process, run.pid, run.status = process, process.pid, RUNNING
         ws.pid, ws.pid_started = process.pid, process_start(process.pid)
         save(ws)
         run.watcher = asyncio.create_task(self._watch(run, process), name=f"harness-{run.name}")
+
+    async def _access(self, run: HarnessRun, server_url: str) -> tuple[HarnessOptions, AgentNetwork | None]:
+        """The agent's own key in its options, and what its fence lets it reach; held until it ends."""
+        key = self.keys.issue(run.name) if self.keys is not None else None
+        self._held[run] = (key, None)
+        net = await AgentNetwork.open(self.fence.kind, server_url, internet=self.network)
+        self._held[run] = (key, net)
+        return (self.options if key is None else replace(self.options, api_key=key)), net
+
+    async def _release(self, run: HarnessRun) -> None:
+        key, net = self._held.pop(run, (None, None))
+        if key is not None and self.keys is not None:
+            self.keys.revoke(key)
+        if net is not None:
+            await net.close()
 
     def _tree_seen_at(self, run: HarnessRun, ws: Workspace) -> Path:
         """Where the harness sees its tree: its slot's fixed path inside bubblewrap's mounts, else the real one."""
@@ -272,6 +300,7 @@ class Launcher:
             run.ended = time.time()
             run.status = STOPPED if run.stop_asked else EXITED
             _remove(run)
+            await self._release(run)
             if run.workspace is not None:
                 run.workspace.pid = run.workspace.pid_started = None
                 save(run.workspace)

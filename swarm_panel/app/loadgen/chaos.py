@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from swarm_panel.app.service import panel_key_file
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
 # Each is a client's mistake: the server owes a 4xx with an error object, never a 5xx.
@@ -190,7 +191,10 @@ class _Chaos:
         rng = random.Random(self.config.seed)
         while time.monotonic() < self.deadline:
             await asyncio.sleep(self.config.switch_every_s)
-            resp = await client.put("/v1/scheduler", json={"policy": rng.choice(POLICY_NAMES)})
+            # The panel's key steers the server: the user's own, else the one a server here published.
+            key = self.config.api_key or panel_key_file.read(self.config.url)
+            resp = await client.put("/v1/scheduler", json={"policy": rng.choice(POLICY_NAMES)},
+                                    headers={"Authorization": f"Bearer {key}"} if key else {})
             self._status(resp.status_code, "PUT /v1/scheduler")
             if resp.status_code == 200:
                 self.report.switches += 1

@@ -19,6 +19,7 @@ import uvicorn
 
 from swarm_panel.app.server.port_holder import port_holder
 from swarm_panel.app.server.routes import create_app
+from swarm_panel.app.service import panel_key_file
 from swarm_panel.app.service.engine_service import SwarmService
 
 GRACEFUL_SHUTDOWN_S = 3.0
@@ -133,6 +134,9 @@ class HttpServer:
                 self._task.result()  # raises what stopped it
                 raise RuntimeError(f"the HTTP server on {self.url} stopped while starting")
             await asyncio.sleep(0.005)
+        keys = self.service.agent_keys
+        if not keys.user_set:  # the user's own --api-key is theirs to hand out, never written down here
+            panel_key_file.write(self._bound_port, keys.generated)
 
     def serve(self, app=None) -> None:
         """From the next request on, answers with `app` (the panel's fleet gateway); None: the service's own.
@@ -172,6 +176,8 @@ class HttpServer:
             await task
         finally:
             self._server = self._task = None
+            if self._bound_port is not None:
+                panel_key_file.remove(self._bound_port)
 
 
 class ThreadedHttpServer:

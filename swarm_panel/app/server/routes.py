@@ -3,7 +3,8 @@
 Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (app.responses_api.routes),
 POST /v1/messages and /v1/messages/count_tokens (app.anthropic_api.routes), GET /v1/models,
 GET|PUT /v1/scheduler, GET /metrics, GET /health. No state lives at module level: two apps in one
-process share nothing.
+process share nothing. Who may use which route: app.endpoint.access (a launched agent's key: inference only;
+PUT /v1/scheduler: the panel's key only).
 
 A request's path: read the body (capped), validate it, render the chat template, tokenize (off the
 event loop when long), submit one runtime Request per choice to the engine thread (app.endpoint.submission),
@@ -23,9 +24,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from swarm_panel.app.anthropic_api.routes import anthropic_router
+from swarm_panel.app.endpoint.access import ADMIN, INFERENCE, READ, guard
 from swarm_panel.app.endpoint.agent_paths import AgentPaths
 from swarm_panel.app.endpoint.chat_run import Choice
-from swarm_panel.app.endpoint.errors import APIError, bad_request, check_api_key, install_error_handlers, read_json
+from swarm_panel.app.endpoint.errors import APIError, bad_request, install_error_handlers, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
 from swarm_panel.app.endpoint.request_records import record_error
 from swarm_panel.app.endpoint.streaming import ChunkMaker, chat_stream, completion_stream
@@ -74,12 +76,8 @@ def create_app(service: SwarmService) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=service.settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
 
-    async def require_key(request: Request) -> None:
-        key = service.settings.api_key
-        check_api_key(key.get_secret_value() if key is not None else None, request.headers.get("authorization"),
-                      request.headers.get("x-api-key"))
-
-    guarded = [Depends(require_key)]
+    guarded = [Depends(guard(service.agent_keys, INFERENCE))]
+    reads = [Depends(guard(service.agent_keys, READ))]
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
 
     @v1.post("/chat/completions")
@@ -159,12 +157,15 @@ def create_app(service: SwarmService) -> FastAPI:
                            code="model_not_found")
         return card
 
-    @v1.get("/scheduler")
+    # Not under v1's own guard: an agent's key, good there, is refused here.
+    control = APIRouter(prefix="/v1")
+
+    @control.get("/scheduler", dependencies=reads)
     async def get_scheduler():
         _, thread = server.engine()
         return server.scheduler_state(thread)
 
-    @v1.put("/scheduler")
+    @control.put("/scheduler", dependencies=[Depends(guard(service.agent_keys, ADMIN))])
     async def put_scheduler(request: Request):
         raw = await read_json(request, service.settings.max_body_bytes)
         if not isinstance(raw, dict):
@@ -178,10 +179,11 @@ def create_app(service: SwarmService) -> FastAPI:
         return server.scheduler_state(thread)
 
     app.include_router(v1)
+    app.include_router(control)
     app.include_router(responses_router(server), prefix="/v1", dependencies=guarded)
     app.include_router(anthropic_router(server), prefix="/v1", dependencies=guarded)
 
-    @app.get("/metrics", dependencies=guarded)
+    @app.get("/metrics", dependencies=reads)
     async def metrics():
         return Response(render(server.registry), media_type=CONTENT_TYPE)
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swarm_panel.app.service.agent_activity import AgentActivity
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.service.engine_factory import engine_for
 from swarm_panel.app.service.prompt_progress import ProgressLog
 from swarm_panel.app.service.request_log import RequestLog
@@ -70,6 +71,8 @@ class SwarmService:
         self.activity = AgentActivity()
         self.requests = RequestLog()
         self.progress_log = ProgressLog(self.activity)
+        # Read at each request: the panel's key follows the user's --api-key as the settings change.
+        self.agent_keys = AgentKeys(lambda: self.settings.api_key.get_secret_value() if self.settings.api_key else None)
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._thread: EngineThread | None = None

@@ -19,6 +19,7 @@ from PySide6 import QtCore, QtWidgets
 from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.asgi import create_gateway_app
 from swarm_panel.app.server.http_server import HttpServer
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.serving.metrics import AgentFigures
@@ -51,10 +52,12 @@ def embedded_only(widgets: list[QtWidgets.QWidget], fleet_active: bool) -> None:
 class FleetMode(QtCore.QObject):
     """`start(backends)` puts the gateway on the endpoint and its plots on `stack`; `stop()` undoes both."""
 
-    def __init__(self, stack: QtWidgets.QStackedWidget, settings: Callable[[], Settings]) -> None:
+    def __init__(self, stack: QtWidgets.QStackedWidget, settings: Callable[[], Settings],
+                 keys: AgentKeys | None = None) -> None:
         super().__init__(stack)
         self.stack = stack
         self._settings = settings
+        self._keys = keys  # the service's: agents launched from the panel keep their keys through the gateway
         self.http: HttpServer | None = None
         self.gateway: Gateway | None = None
         self.panel: FleetPanel | None = None
@@ -99,7 +102,7 @@ class FleetMode(QtCore.QObject):
         settings = self._settings()
         gateway = Gateway(backends, policy=settings.gateway_policy, routing=settings.gateway_routing,
                           max_waiting=settings.max_waiting)
-        app = create_gateway_app(gateway, self._settings)
+        app = create_gateway_app(gateway, self._settings, self._keys)
         await gateway.start()  # one bounded poll, so the first requests know which backends are up
         self.gateway, self._app = gateway, app
         if self.http is not None:

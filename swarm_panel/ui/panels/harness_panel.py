@@ -4,7 +4,8 @@ runs them on the app's asyncio loop). They are served as named agents, so the ag
 Each works in its own worktree inside the fence; their changes are reviewed and landed in `worktrees`
 (ui.panels.agent_worktrees), which the window shows as a dock of its own, Review, beside this one.
 Without a fence nothing is launched: the Unconfined box is the opt-in that launches them anyway, and a refused
-Start says why.
+Start says why. With one, the Internet box lets them out to the internet through the fence's proxy
+(app.fence.network).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOpt
 from swarm_panel.app.harness.example import example_folder, prepare_example
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, FINISHED, HarnessRun, Launcher
+from swarm_panel.app.service.agent_keys import AgentKeys
 from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.ui.panels.agent_worktrees import AgentWorktrees
@@ -54,10 +56,12 @@ def _selectable(text: str) -> QtWidgets.QLabel:
 class HarnessPanel(QtWidgets.QWidget):
     def __init__(self, requests: RequestLog | None, server_url: Callable[[], str | None],
                  settings: Callable[[], Settings] | None = None, kinds: dict[str, HarnessKind] | None = None,
-                 launcher: Launcher | None = None, parent: QtWidgets.QWidget | None = None) -> None:
+                 launcher: Launcher | None = None, parent: QtWidgets.QWidget | None = None, *,
+                 keys: AgentKeys | None = None) -> None:
         super().__init__(parent)
         self.kinds = dict(kinds if kinds is not None else KINDS)
-        self.launcher = launcher or Launcher(requests)
+        # keys: the service's, so each agent gets its own (app.service.agent_keys), never the panel's.
+        self.launcher = launcher or Launcher(requests, keys=keys)
         self._server_url = server_url
         self._settings = settings  # the service's: its context and API key, read at each start
         self._tasks: set[asyncio.Future] = set()  # kept so the loop does not drop them
@@ -84,6 +88,11 @@ class HarnessPanel(QtWidgets.QWidget):
                                    "Unchecked, nothing is launched.")
         self.unconfined.setStyleSheet(f"color: {theme.QUEUE}")
         self.unconfined.setVisible(not self.launcher.fence.available)
+        self.network = QtWidgets.QCheckBox("Internet")
+        self.network.setToolTip("Fenced, an agent reaches the endpoint and nothing else. Checked, it also reaches "
+                                "the internet through a proxy that refuses this machine and its network; a program "
+                                "that ignores HTTPS_PROXY has no network still.")
+        self.network.setVisible(self.launcher.fence.available)
         self.worktrees = AgentWorktrees(self.launcher.workspaces, lambda: self.launcher.fence)
         self.start_button = QtWidgets.QPushButton("Start")
         self.start_button.setObjectName("primary")
@@ -142,6 +151,7 @@ class HarnessPanel(QtWidgets.QWidget):
         counts.addWidget(QtWidgets.QLabel("max output"))
         counts.addWidget(self.max_output)
         counts.addStretch(1)
+        counts.addWidget(self.network)
         counts.addWidget(self.unconfined)
         counts.addWidget(self.start_button)
         form = QtWidgets.QFormLayout()
@@ -231,6 +241,7 @@ class HarnessPanel(QtWidgets.QWidget):
             return False
         self.launcher.options = self.options()
         self.launcher.unconfined = self.unconfined.isChecked()
+        self.launcher.network = self.network.isChecked()
         if Path(self.folder.text()) == example_folder():
             prepare_example()
         n = self.count.value()

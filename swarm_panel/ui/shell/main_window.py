@@ -137,12 +137,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self.endpoint = EndpointPanel()
         self.agents = AgentsPanel(service.activity)
         self.agent_view = self.agents.view
-        self.harness = HarnessPanel(service.requests, lambda: self.url, lambda: self.service.settings)
+        self.harness = HarnessPanel(service.requests, lambda: self.url, lambda: self.service.settings,
+                                    keys=service.agent_keys)
         self.status = StatusBar()
         self.setStatusBar(self.status)
         self._build_layout()
         self._build_menu()
-        self.fleet = FleetMode(self.centre, lambda: self.service.settings)
+        self.fleet = FleetMode(self.centre, lambda: self.service.settings, service.agent_keys)
 
         # The knobs the engine will start with, not the spin boxes' minimums, while it loads.
         self.controls.show_config(service.settings.scheduler_config(), force=True)

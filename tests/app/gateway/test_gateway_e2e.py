@@ -11,11 +11,17 @@ import httpx
 import openai
 import pytest
 
+from swarm_panel.app.service import panel_key_file
 from tests.gateway_fleet import fleet
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SYSTEM = "You are one of several coding agents. Read the failing test and propose a patch. " * 6
+
+
+def panel(url: str) -> dict[str, str]:
+    """The key that steers the gateway, as a CLI here reads it."""
+    return {"Authorization": f"Bearer {panel_key_file.read(url)}"}
 
 
 def label(url: str) -> str:
@@ -120,7 +126,7 @@ def test_a_follow_up_by_previous_response_id_goes_to_the_backend_that_stored_it(
     url, backends, _ = shared
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
     # Round-robin would send each request to the other backend: only the pin keeps a chain together.
-    assert httpx.put(f"{url}/v1/scheduler", json={"routing": "round-robin"}).json()["routing"] == "round-robin"
+    assert httpx.put(f"{url}/v1/scheduler", headers=panel(url), json={"routing": "round-robin"}).json()["routing"] == "round-robin"
     try:
         raw = client.responses.with_raw_response.create(model="m", input="Plan the fix.", max_output_tokens=4,
                                                          user="chain")
@@ -144,7 +150,7 @@ def test_a_follow_up_by_previous_response_id_goes_to_the_backend_that_stored_it(
         # An id the gateway never relayed is looked for on every backend.
         assert httpx.get(f"{url}/v1/responses/resp_unknown").status_code == 404
     finally:
-        httpx.put(f"{url}/v1/scheduler", json={"routing": "affinity"})
+        httpx.put(f"{url}/v1/scheduler", headers=panel(url), json={"routing": "affinity"})
 
 
 def test_bad_input_gets_openai_shaped_errors(shared):
@@ -157,10 +163,10 @@ def test_bad_input_gets_openai_shaped_errors(shared):
     # The backend's own refusal comes back as it was.
     r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": -1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
-    r = httpx.put(f"{url}/v1/scheduler", json={"policy": "lottery"})
+    r = httpx.put(f"{url}/v1/scheduler", headers=panel(url), json={"policy": "lottery"})
     assert r.status_code == 400 and "first-come, fewest-in-flight" in r.json()["error"]["message"]
-    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "fewest-in-flight"}).json()["policy"] == "fewest-in-flight"
-    assert httpx.put(f"{url}/v1/scheduler", json={"policy": "first-come"}).json()["policy"] == "first-come"
+    assert httpx.put(f"{url}/v1/scheduler", headers=panel(url), json={"policy": "fewest-in-flight"}).json()["policy"] == "fewest-in-flight"
+    assert httpx.put(f"{url}/v1/scheduler", headers=panel(url), json={"policy": "first-come"}).json()["policy"] == "first-come"
 
 
 def test_killing_a_backend_mid_run_fails_only_its_requests(tiny_model_path, tmp_path):

@@ -10,21 +10,21 @@ import httpx
 from swarm_panel.app.endpoint.prom import OTHER_AGENTS, TOP_AGENTS
 from swarm_panel.app.loadgen.swarm import SwarmConfig, run_swarm
 from swarm_panel.runtime.workloads.critical_path import COORDINATOR, NOISY, CriticalPathWorkload
-from tests.app.server.test_server_common import assert_error, idle, modeled_service, running, wait_until
+from tests.app.server.test_server_common import assert_error, idle, modeled_service, panel, running, wait_until
 from tests.app.server.test_server_load import metric_samples
 
 
 def test_put_scheduler_switches_to_each_agent_policy_with_its_per_agent_maps():
     with running(modeled_service(num_lanes=4)) as srv:
-        url = f"{srv.url}/v1/scheduler"
+        url, key = f"{srv.url}/v1/scheduler", panel(srv)
         for policy in ("fair", "las", "priority", "continuous"):
-            state = httpx.put(url, json={"policy": policy, "agent_weights": {"a": 2.0},
-                                         "agent_priorities": {"b": -3}}).json()
+            state = httpx.put(url, headers=key, json={"policy": policy, "agent_weights": {"a": 2.0},
+                                                      "agent_priorities": {"b": -3}}).json()
             assert (state["policy"], state["agent_weights"], state["agent_priorities"]) == (
                 policy, {"a": 2.0}, {"b": -3})
         assert state["agent_policies"] == ["fair", "las", "priority"]
-        assert_error(httpx.put(url, json={"agent_weights": {"a": 0}}), 400, contains="positive")
-        assert_error(httpx.put(url, json={"agent_priorities": {"a": "high"}}), 400)
+        assert_error(httpx.put(url, headers=key, json={"agent_weights": {"a": 0}}), 400, contains="positive")
+        assert_error(httpx.put(url, headers=key, json={"agent_priorities": {"a": "high"}}), 400)
 
 
 def test_x_agent_priority_header_goes_ahead_of_the_queue_under_the_priority_policy():

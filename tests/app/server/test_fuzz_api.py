@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from swarm_panel.app.service.panel_key_file import read
 from tests.app.server.test_server_common import FAST_CARD, modeled_service, running
 
 # A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
@@ -183,5 +184,5 @@ def test_raw_bytes(url, body):
 @given(body=scheduler_bodies)
 def test_scheduler_updates(url, body):
     resp = httpx.put(f"{url}/v1/scheduler", content=json.dumps(body).encode(),
-                     headers={"content-type": "application/json"}, timeout=30)
+                     headers={"content-type": "application/json", "authorization": f"Bearer {read(url)}"}, timeout=30)
     assert_client_answer(resp)

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
-from tests.app.server.test_server_common import running, settings
+from tests.app.server.test_server_common import panel, running, settings
 
 SYSTEM = "You are a careful coding agent. Read the failing test, then fix the parser. " * 6
 NO_EOS = {"ignore_eos": True}
@@ -31,7 +31,7 @@ def ask(srv, messages: list[dict], agent: str):
 
 
 def set_reuse(srv, on: bool) -> None:
-    assert httpx.put(f"{srv.url}/v1/scheduler", json={"prefix_cache": on}).json()["prefix_cache"] is on
+    assert httpx.put(f"{srv.url}/v1/scheduler", headers=panel(srv), json={"prefix_cache": on}).json()["prefix_cache"] is on
 
 
 def metric(srv, name: str) -> float:

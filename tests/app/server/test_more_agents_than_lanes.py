@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.app.service.engine_service import SwarmService
-from tests.app.server.test_server_common import running, settings
+from tests.app.server.test_server_common import panel, running, settings
 
 SYSTEM = "You are a careful coding agent. Read the failing test, then fix the parser. " * 6
 AGENTS = 4
@@ -55,10 +55,10 @@ def test_every_agents_next_turn_resumes_its_conversation_and_answers_as_a_fresh_
     seconds = turn_all(server, nexts, names)
     assert all(second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
                for first, second in zip(firsts, seconds))
-    assert httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": False}).json()["prefix_cache"] is False
+    assert httpx.put(f"{server.url}/v1/scheduler", headers=panel(server), json={"prefix_cache": False}).json()["prefix_cache"] is False
     try:
         fresh = turn_all(server, nexts, ["fresh"] * AGENTS)
     finally:
-        httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": True})
+        httpx.put(f"{server.url}/v1/scheduler", headers=panel(server), json={"prefix_cache": True})
     assert all(r.usage.prompt_tokens_details.cached_tokens == 0 for r in fresh)
     assert [r.choices[0].message.content for r in seconds] == [r.choices[0].message.content for r in fresh]

@@ -14,7 +14,7 @@ import pytest
 
 from swarm_panel.app.service.engine_service import SwarmService
 from tests.app.server.test_more_agents_than_lanes import gauge, turn_all
-from tests.app.server.test_server_common import running, settings
+from tests.app.server.test_server_common import panel, running, settings
 
 pytestmark = pytest.mark.slow
 
@@ -73,10 +73,10 @@ def test_conversations_that_differ_only_late_each_get_their_own_reply(server):
     assert all(n > 0 for n in reused[-1]), reused
     assert gauge(server, "swarm_panel:parked_sequences") > 0
     assert len(set(history[-1][1])) > 1, "every agent answered alike: a swap would not show"
-    assert httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": False}).json()["prefix_cache"] is False
+    assert httpx.put(f"{server.url}/v1/scheduler", headers=panel(server), json={"prefix_cache": False}).json()["prefix_cache"] is False
     try:
         for turn, (asked, answers) in enumerate(history):
             for a, (chat, answer) in enumerate(zip(asked, answers)):
                 assert answer == fresh(server, chat), f"agent {a}, turn {turn}: another conversation's state"
     finally:
-        httpx.put(f"{server.url}/v1/scheduler", json={"prefix_cache": True})
+        httpx.put(f"{server.url}/v1/scheduler", headers=panel(server), json={"prefix_cache": True})

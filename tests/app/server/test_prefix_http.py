@@ -6,7 +6,7 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.app.server.test_server_common import modeled_service, running
+from tests.app.server.test_server_common import modeled_service, panel, running
 
 SYSTEM = "You are a careful coding agent. " * 40
 
@@ -38,7 +38,7 @@ def test_a_repeated_system_prompt_is_served_from_cache_and_counted():
 
 def test_reuse_switched_off_over_http_computes_everything():
     with running(modeled_service()) as srv:
-        assert httpx.put(f"{srv.url}/v1/scheduler", json={"prefix_cache": False}).json()["prefix_cache"] is False
+        assert httpx.put(f"{srv.url}/v1/scheduler", headers=panel(srv), json={"prefix_cache": False}).json()["prefix_cache"] is False
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x")
         ask(client, "first task")
         assert ask(client, "second task").usage.prompt_tokens_details.cached_tokens == 0

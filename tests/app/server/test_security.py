@@ -11,7 +11,7 @@ import pytest
 
 from swarm_panel.app.server.http_server import HttpServer
 from swarm_panel.app.settings.schema import Settings
-from tests.app.server.test_server_common import modeled_service, running
+from tests.app.server.test_server_common import modeled_service, panel, running
 
 
 def lan_address() -> str:
@@ -106,7 +106,7 @@ def test_nothing_over_http_opens_a_file_path(tmp_path):
         try:
             body = {"model": str(secret), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
             resp = httpx.post(f"{srv.url}/v1/chat/completions", json=body)
-            puts = {key: httpx.put(f"{srv.url}/v1/scheduler", json={key: value})
+            puts = {key: httpx.put(f"{srv.url}/v1/scheduler", headers=panel(srv), json={key: value})
                     for key, value in (("model", str(secret)), ("engine", "llama"), ("model_path", str(secret)))}
             card = httpx.get(f"{srv.url}/v1/models/{secret}")
         finally:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from swarm_panel.app.server.http_server import ThreadedHttpServer
+from swarm_panel.app.service import panel_key_file
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.modeled.engine import ModeledEngine
@@ -37,6 +38,13 @@ def running(service: SwarmService) -> Iterator[ThreadedHttpServer]:
     finally:
         server.stop()
         service.stop()
+
+
+def panel(server) -> dict[str, str]:
+    """The header that steers the server (PUT /v1/scheduler): the panel's key, as a CLI here reads it."""
+    key = panel_key_file.read(server.url)
+    assert key, f"the server at {server.url} published no key"
+    return {"Authorization": f"Bearer {key}"}
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
-from tests.app.server.test_server_common import assert_error, modeled_service, running, wait_until
+from tests.app.server.test_server_common import assert_error, modeled_service, panel, running, wait_until
 
 OK_MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -180,15 +180,15 @@ def test_unknown_route_and_method_are_openai_shaped(server):
 
 
 def test_scheduler_put_refuses_bad_values_and_unknown_keys(server):
-    url = f"{server.url}/v1/scheduler"
-    assert_error(httpx.put(url, json={"policy": "fifo"}), 400, param="policy")
-    assert_error(httpx.put(url, json={"num_lanes": 0}), 400, param="num_lanes")
-    assert_error(httpx.put(url, json={"num_lanes": 100_000}), 400, param="num_lanes")
-    assert_error(httpx.put(url, json={"prefill_chunk": "big"}), 400, param="prefill_chunk")
-    assert_error(httpx.put(url, json={"turbo": True}), 400, param="turbo")
-    assert_error(httpx.put(url, json={"policy": None}), 400)
-    assert_error(httpx.put(url, json=[1, 2]), 400)
-    assert_error(httpx.put(url, content=b"{"), 400, code="invalid_json")
+    url, key = f"{server.url}/v1/scheduler", panel(server)
+    assert_error(httpx.put(url, json={"policy": "fifo"}, headers=key), 400, param="policy")
+    assert_error(httpx.put(url, json={"num_lanes": 0}, headers=key), 400, param="num_lanes")
+    assert_error(httpx.put(url, json={"num_lanes": 100_000}, headers=key), 400, param="num_lanes")
+    assert_error(httpx.put(url, json={"prefill_chunk": "big"}, headers=key), 400, param="prefill_chunk")
+    assert_error(httpx.put(url, json={"turbo": True}, headers=key), 400, param="turbo")
+    assert_error(httpx.put(url, json={"policy": None}, headers=key), 400)
+    assert_error(httpx.put(url, json=[1, 2], headers=key), 400)
+    assert_error(httpx.put(url, content=b"{", headers=key), 400, code="invalid_json")
     assert httpx.get(url).json()["policy"] == "continuous"
 
 

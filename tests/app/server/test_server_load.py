@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.runtime.workloads.workload import agent_name
-from tests.app.server.test_server_common import idle, modeled_service, running, wait_until
+from tests.app.server.test_server_common import idle, modeled_service, panel, running, wait_until
 
 # A server or the real model of its own, or seconds of work: CI's full run (pyproject's slow marker).
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def test_live_scheduler_switch_while_requests_run_loses_nothing():
         async def on_turn(agent: int, turn: int) -> None:
             if agent == 0 and turn < len(switches):
                 async with httpx.AsyncClient() as http:
-                    resp = await http.put(url, json=switches[turn])
+                    resp = await http.put(url, json=switches[turn], headers=panel(srv))
                     assert resp.status_code == 200, resp.text
                     seen.append(resp.json())
 
@@ -125,7 +125,7 @@ def test_metrics_are_prometheus_text_with_vllm_names_and_ours():
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
         for n in (5, 7, 9):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=n)
-        httpx.put(f"{srv.url}/v1/scheduler", json={"policy": "shrinking"})
+        httpx.put(f"{srv.url}/v1/scheduler", headers=panel(srv), json={"policy": "shrinking"})
         resp = httpx.get(f"{srv.url}/metrics")
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
         families = metric_samples(resp.text)
