@@ -9,9 +9,10 @@ from tests.app.hostile.conftest import SECRETS
 from tests.app.hostile.harness import seen
 from tests.app.hostile.host import launch
 
-# What the launch sets (the stand-in is configured as Qwen Code is; bubblewrap's --chdir sets PWD).
+# What the launch sets (the stand-in is configured as Qwen Code is; bubblewrap's --chdir sets PWD; the
+# network plan keeps the endpoint off any proxy).
 SET = {"HOME", "NO_COLOR", "TMPDIR", "QWEN_HOME", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL",
-       "QWEN_CODE_MAX_OUTPUT_TOKENS", "PWD"}
+       "QWEN_CODE_MAX_OUTPUT_TOKENS", "PWD", "no_proxy", "NO_PROXY"}
 
 
 def test_no_secret_of_the_users_environment_reaches_the_agent(under, fake_home, tmp_path):
