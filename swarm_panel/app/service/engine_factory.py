@@ -66,7 +66,7 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
     from swarm_panel.runtime.llama.engine import LlamaEngine
     from swarm_panel.runtime.llama.model import ModelLoadError, on_cpu
-    from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
+    from swarm_panel.runtime.reuse.stored_files import PrefixStoreOptions
 
     path, note = resolve_model(o.model, o.n_gpu_layers, progress)
     if not path.is_file():

@@ -11,8 +11,8 @@ from swarm_panel.runtime.core.request import Request
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.checkpoints import CheckpointStore
-    from swarm_panel.runtime.core.kv_parking import ParkedSequences
-    from swarm_panel.runtime.core.prefix_store import PrefixStore, StoredPrefix
+    from swarm_panel.runtime.reuse.parked import ParkedSequences
+    from swarm_panel.runtime.reuse.stored import PrefixStore, StoredPrefix
 
 
 class RowKind(enum.IntEnum):
@@ -48,10 +48,10 @@ class PrefixOpKind(enum.IntEnum):
     ADOPT = 1
     # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
     COPY = 2
-    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.core.kv_parking),
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.reuse.parked),
     # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
     PARK = 3
-    # `dest` starts from a stored prefix (runtime.core.prefix_store), the op's `source`: its whole state
+    # `dest` starts from a stored prefix (runtime.reuse.stored), the op's `source`: its whole state
     # restored into dest's sequence, then cut back to num_tokens. The stored prefix stays for the next use.
     RESTORE = 4
 
@@ -145,12 +145,12 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
-    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.core.kv_parking); None: never.
+    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.reuse.parked); None: never.
     parked: ParkedSequences | None = None
     # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
     # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
     parks_evicted: bool = False
-    # Whole states of long shared heads kept across sessions (runtime.core.prefix_store): a prompt chunk
+    # Whole states of long shared heads kept across sessions (runtime.reuse.stored): a prompt chunk
     # ending at such a head is marked `store_prefix`, and a prompt starting with one gets a RESTORE op.
     prefix_store: PrefixStore | None = None
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 import llama_cpp
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
-from swarm_panel.runtime.core.prefix_store import PrefixStore
 from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost
 from swarm_panel.runtime.llama.log import take_recent_problems
 from swarm_panel.runtime.llama.memory import ATTENTION, SequenceMemory
 from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, on_cpu
-from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
+from swarm_panel.runtime.reuse.stored import PrefixKeeper, PrefixStore
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}

@@ -12,7 +12,7 @@ request longer than a stream: a new context on the loaded model, every sequence 
 scheduler to recompute. Once no request has needed more for a while, it turns split again (NARROW) the
 same way; the CPU tuning's attention follower may switch the kernel likewise (ATTENTION).
 
-Stored prefixes (runtime.llama.prefix_keeper): after a row marked `store_prefix` (a long shared head),
+Stored prefixes (runtime.reuse.stored): after a row marked `store_prefix` (a long shared head),
 the sequence's whole state is kept in RAM and on disk; a RESTORE op puts it back into a request's
 sequence, in this run or a later one.
 """
@@ -29,7 +29,6 @@ from typing import Any
 import llama_cpp
 
 from swarm_panel.runtime.core.engine import EngineCaps, EngineError, RelayoutKind, StepPlan, StepResult
-from swarm_panel.runtime.core.kv_parking import ParkedSequences
 from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.llama.context import ContextSettings, Layout, LlamaContext, resolve_flash_attn
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
@@ -39,19 +38,20 @@ from swarm_panel.runtime.llama.devices import idle_gpu_backends
 from swarm_panel.runtime.llama.figures import live_figures
 from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, default_threads, device_name, on_cpu
 from swarm_panel.runtime.llama.model_info import LlamaFacts
-from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
-from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
 from swarm_panel.runtime.llama.prefix_ops import PrefixOps
 from swarm_panel.runtime.llama.runner import StepRunner
 from swarm_panel.runtime.llama.sequences import Sequences
 from swarm_panel.runtime.planning.memory_plan import PlanSettings
+from swarm_panel.runtime.reuse.parked import ParkedSequences
+from swarm_panel.runtime.reuse.stored import PrefixKeeper
+from swarm_panel.runtime.reuse.stored_files import PrefixStoreOptions
 
 log = logging.getLogger(__name__)
 
 # Host memory for recurrent-state checkpoints: about 20 of Qwen3.5-9B's ~50 MB states, thousands of a
 # tiny model's. Outside the KV, which llama.cpp sizes from n_ctx alone.
 DEFAULT_CHECKPOINT_BUDGET = 1 << 30
-# Host memory for finished sequences parked out of a unified KV pool (runtime.core.kv_parking).
+# Host memory for finished sequences parked out of a unified KV pool (runtime.reuse.parked).
 DEFAULT_PARK_BUDGET = 2 << 30
 
 
@@ -145,7 +145,7 @@ class LlamaEngine:
             # Where a chat message ends (`<|im_end|>`): the first one closes the shared system prompt.
             self.turn_end_tokens = self.vocab.eog_tokens
             if prefix_store is not None:
-                self._prefix_keeper = PrefixKeeper(prefix_store, self.path)
+                self._prefix_keeper = PrefixKeeper(prefix_store, self.path, llama_cpp.__version__)
             self._open(layout, "unified KV" if kv_unified else None)
             self.name: str = self.facts.name
             if self._governor is not None:

@@ -8,7 +8,7 @@ llama-server's slots keep their last prompt; a copy takes the source's state thr
 (`SequenceMemory.copy_across`).
 
 Hybrid and recurrent models hold one recurrent state per sequence that cannot be cut back or copied
-in part: runtime.llama.memory does every move by model kind. Stored prefixes (runtime.llama.prefix_keeper)
+in part: runtime.llama.memory does every move by model kind. Stored prefixes (runtime.reuse.stored)
 are restored by RESTORE ops.
 """
 
@@ -18,11 +18,11 @@ import heapq
 import logging
 
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind
-from swarm_panel.runtime.core.kv_parking import ParkedSequence
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.memory import MemoryRefused
-from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
 from swarm_panel.runtime.llama.sequences import Lane, Sequences
+from swarm_panel.runtime.reuse.parked import ParkedSequence
+from swarm_panel.runtime.reuse.stored import PrefixKeeper, StoredPrefixGone
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class PrefixOps:
             self.store.num_restored += 1
         except ValueError as exc:
             errors[dest.request_id] = str(exc)
-        except MemoryRefused as exc:
+        except (MemoryRefused, StoredPrefixGone) as exc:
             log.warning("request %d does not start from a stored prefix: %s", dest.request_id, exc)
             refused[dest.request_id] = str(exc)
 

@@ -6,7 +6,9 @@ each row's token sampled. Prefix ops and releases have run before (runtime.llama
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
+from functools import partial
 from itertools import accumulate, chain
 from operator import attrgetter, itemgetter
 
@@ -19,10 +21,13 @@ from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import RowSpan, plan_calls, ubatch_features
 from swarm_panel.runtime.llama.greedy_sampler import GreedySampler, choose_rows
 from swarm_panel.runtime.llama.log import take_recent_problems
+from swarm_panel.runtime.llama.memory import MemoryRefused
 from swarm_panel.runtime.llama.model import LlamaModel
-from swarm_panel.runtime.llama.prefix_keeper import PrefixKeeper
 from swarm_panel.runtime.llama.sampling import build_backend_sampler, build_sampler, runs_on_backend, token_logprob
 from swarm_panel.runtime.llama.sequences import Lane, Sequences
+from swarm_panel.runtime.reuse.stored import PrefixKeeper
+
+log = logging.getLogger(__name__)
 
 _TOKENS = attrgetter("tokens")
 
@@ -239,7 +244,7 @@ class StepRunner:
                 if row.checkpoint:
                     memory.snapshot(seq_id, row.request.token_ids[:end])
                 if row.store_prefix and self.keeper is not None:
-                    self.keeper.keep(memory, seq_id, row.request.token_ids[:end])
+                    self.keeper.keep(row.request.token_ids[:end], partial(self._state_to_store, seq_id))
             return
         # llama.cpp restores the cache after code 1 and -1; after others, ubatches already
         # computed stay behind. Either way, nothing of this step may remain.
@@ -250,6 +255,13 @@ class StepRunner:
                               f"(capacity {self.context.kv_capacity})")
         problems = "; ".join(take_recent_problems())
         raise EngineError(f"llama_decode failed with code {code}" + (f": {problems}" if problems else ""))
+
+    def _state_to_store(self, seq_id: int) -> ctypes.Array | None:
+        try:
+            return self.memory.save(seq_id)
+        except MemoryRefused as exc:
+            log.warning("a prefix is not stored: %s", exc)
+            return None
 
     def _step_shape(self, admitted: list[tuple[int, Row]]) -> str:
         """The llama_decode call about to run, in words a crash report can carry."""

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from swarm_panel.runtime.core.kv_parking import ParkedSequences
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.context import LlamaContext
 from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
 from swarm_panel.runtime.llama.sampling import BackendGreedySampler, ChainSampler
+from swarm_panel.runtime.reuse.parked import ParkedSequences
 
 
 @dataclass(slots=True, eq=False)

@@ -15,7 +15,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import RowKind
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.llama.prefix_files import SUFFIX, PrefixStoreOptions
+from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixStoreOptions
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.workloads.workload import system_text
