@@ -25,7 +25,8 @@ def main() -> None:
         n = args.context
         request = Request([engine.vocab.bos] + [300 + i % 50 for i in range(n)], SamplingParams(max_tokens=1))
         engine.step(StepPlan(rows=[Row(request, RowKind.PREFILL, 0, request.token_ids[:n], False)]))
-        seq_id, memory, prefix = engine._lanes[request.request_id].seq_id, engine._memory, request.token_ids[:n]
+        seq_id, prefix = engine._sequences.lanes[request.request_id].seq_id, request.token_ids[:n]
+        memory = engine._context.memory
         started = time.perf_counter()
         for _ in range(args.repeat):
             engine.checkpoints.clear()

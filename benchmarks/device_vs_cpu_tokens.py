@@ -26,7 +26,8 @@ def generate(model: str | None, max_tokens: int) -> dict:
     from swarm_panel.runtime.core.clock import RealClock
     from swarm_panel.runtime.core.config import SchedulerConfig
     from swarm_panel.runtime.core.request import Request, SamplingParams
-    from swarm_panel.runtime.llama.engine import LlamaEngine, on_cpu
+    from swarm_panel.runtime.llama.engine import LlamaEngine
+    from swarm_panel.runtime.llama.model import on_cpu
     from swarm_panel.runtime.models.bundled import bundled_model_path
     from swarm_panel.runtime.scheduling.scheduler import Scheduler
     from swarm_panel.runtime.serving.engine_loop import EngineLoop
@@ -35,7 +36,7 @@ def generate(model: str | None, max_tokens: int) -> dict:
     replies = []
     with LlamaEngine(path, max_lanes=1, n_ctx=2048, n_gpu_layers=-1) as engine:
         for task in TASKS:
-            prompt = engine.tokenize(engine.apply_chat_template([{"role": "user", "content": task}]),
+            prompt = engine.tokenizer.tokenize(engine.tokenizer.apply_chat_template([{"role": "user", "content": task}]),
                                      add_special=False)
             request = Request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0))
             loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,

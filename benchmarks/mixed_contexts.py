@@ -84,9 +84,9 @@ def main() -> None:
         for round_index in range(args.rounds):
             for mode in (("cut", "one") if round_index % 2 == 0 else ("one", "cut")):
                 if mode == "one":
-                    engine.call_cost = NeverCut(max_saving_cells=0)
+                    engine._context.call_cost = NeverCut(max_saving_cells=0)
                     one_call += [step() for _ in range(args.steps)]
-                    engine.call_cost = fitted
+                    engine._context.call_cost = fitted
                     continue
                 before = engine.split_steps
                 cut += [step() for _ in range(args.steps)]

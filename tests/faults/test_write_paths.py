@@ -101,7 +101,7 @@ def test_the_flash_attention_verdict_is_kept_for_the_run_only(broken, caplog):
 def test_a_prefix_not_stored_leaves_no_temp_file(broken, caplog):
     import ctypes
 
-    from swarm_panel.runtime.llama.prefix_files import PrefixFiles
+    from swarm_panel.runtime.reuse.stored_files import PrefixFiles
 
     files = PrefixFiles(broken / "prefix-store", {"model": "m"}, disk_budget_bytes=1 << 30)
     state = (ctypes.c_uint8 * (256 * 1024))(*range(256)) # more than a full volume's last blocks

@@ -8,7 +8,8 @@ import pytest
 from swarm_panel.app.service.engine_factory import build_engine
 from swarm_panel.runtime.llama.backend_sampling import software
 from swarm_panel.runtime.llama.devices import offload_devices
-from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.model import ModelLoadError
 
 pytestmark = pytest.mark.gpu
 

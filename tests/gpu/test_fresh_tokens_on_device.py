@@ -53,11 +53,11 @@ def fresh(engine: LlamaEngine, request: Request) -> list[int]:
 
 @pytest.mark.parametrize("agents", [1, 8, 32])
 def test_every_agents_turns_equal_a_fresh_computation(engine, agents):
-    system = engine.tokenize(system_text(SYSTEM))[:SYSTEM]
-    first = [Request(system + engine.tokenize(f"agent {a}: fix the parser", add_special=False), greedy(4 + a % 3),
+    system = engine.tokenizer.tokenize(system_text(SYSTEM))[:SYSTEM]
+    first = [Request(system + engine.tokenizer.tokenize(f"agent {a}: fix the parser", add_special=False), greedy(4 + a % 3),
                      agent=f"agent-{a}") for a in range(agents)]
     loop = run(engine, first)
-    turns = [Request(r.token_ids + engine.tokenize(tool_text(a, 0, 8), add_special=False), greedy(4),
+    turns = [Request(r.token_ids + engine.tokenizer.tokenize(tool_text(a, 0, 8), add_special=False), greedy(4),
                      agent=f"agent-{a}") for a, r in enumerate(first)]
     for request in turns:
         loop.scheduler.add(request, loop.clock.now())

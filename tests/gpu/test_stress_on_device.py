@@ -27,8 +27,8 @@ def test_32_agents_over_several_turns_finish_each_with_its_own_conversation(arch
     with LlamaEngine(arch_model_path, max_lanes=LANES, n_ctx=8192, n_batch=256, kv_unified=True) as engine:
         loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=LANES, prefill_chunk=64), engine),
                           engine, RealClock())
-        system = engine.tokenize(system_text(64))[:64]
-        history = {a: system + engine.tokenize(f"agent {a}: the parser fails", add_special=False)
+        system = engine.tokenizer.tokenize(system_text(64))[:64]
+        history = {a: system + engine.tokenizer.tokenize(f"agent {a}: the parser fails", add_special=False)
                    for a in range(AGENTS)}
         done: list[Request] = []
         steps = 0
@@ -47,7 +47,7 @@ def test_32_agents_over_several_turns_finish_each_with_its_own_conversation(arch
             loop.flush()
             for a, request in requests.items():
                 assert request.status is RequestStatus.FINISHED_LENGTH, request.error
-                history[a] = request.token_ids + engine.tokenize(tool_text(a, turn, 6), add_special=False)
+                history[a] = request.token_ids + engine.tokenizer.tokenize(tool_text(a, turn, 6), add_special=False)
             done += requests.values()
         assert engine.lane_kv_positions() == [-1] * engine.max_lanes, "a live lane kept KV after the run"
         loop.scheduler.drop_prefix_cache()

@@ -253,7 +253,7 @@ def sweep_step_line(engine, widths: tuple[int, ...], steps: int, virtual: bool, 
     """
     room = min(engine.max_context, engine.kv_capacity // max(widths)) - steps - 2
     prompt = max(1, min(context - steps // 2, room))
-    chunk = min(SchedulerConfig().prefill_chunk, getattr(engine, "max_step_tokens", 1 << 30))
+    chunk = min(SchedulerConfig().prefill_chunk, engine.caps.max_step_tokens)
     prompt = max(1, min(prompt, room - _prefill_steps(max(widths), prompt, chunk)))
     durations: dict[int, list[float]] = {width: [] for width in widths}
     for _ in range(rounds):
@@ -389,7 +389,7 @@ def print_step_times(results) -> None:
 def _print_checkpoints(results, engine) -> None:
     """A hybrid model resumes only at checkpoints (a sequence's own end counts as one): how much of
     the prompts they served, and what they held."""
-    if getattr(engine, "checkpoints", None) is None:
+    if engine.caps.checkpoints is None:
         return
     for r in results:
         share = r.prefix_hits / r.prompt_tokens if r.prompt_tokens else 0.0

@@ -92,6 +92,6 @@ def check_grammar(grammar: str) -> None:
 
 def require_constraints(engine: object, what: str, param: str) -> None:
     """A 400 for an engine whose sampler cannot honour grammars or report logprobs (the modeled card)."""
-    if not getattr(engine, "samples_logits", False):
+    if not engine.caps.samples_logits:
         raise APIError(400, f"{what} needs the llama engine; the {getattr(engine, 'name', 'current')!r} engine "
                             "computes no logits", param=param, code="unsupported_by_engine")

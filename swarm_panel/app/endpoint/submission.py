@@ -108,10 +108,10 @@ class ServerCore:
             facts = self._facts = _EngineFacts(
                 engine=engine,
                 model_id=str(described.get("name") or engine.name),
-                bos=engine.tokenize("", add_special=True, parse_special=True),
+                bos=engine.tokenizer.tokenize("", add_special=True, parse_special=True),
                 n_vocab=int(n_vocab) if n_vocab else None,
-                tool_format=detect_format(engine.chat_template),
-                think=think_tags(engine.chat_template),
+                tool_format=detect_format(engine.tokenizer.chat_template),
+                think=think_tags(engine.tokenizer.chat_template),
                 sampling=self._sampling_defaults(described.get("recommended_sampling") or {}),
             )
         return facts
@@ -181,7 +181,7 @@ class ServerCore:
 
     def tokenize(self, engine: Engine, text: str, param: str) -> list[int]:
         self.check_prompt_chars(len(text), param)
-        ids = engine.tokenize(text, add_special=True, parse_special=True)
+        ids = engine.tokenizer.tokenize(text, add_special=True, parse_special=True)
         bos = self.facts(engine).bos
         # A template that writes the BOS itself would get a second one from add_special.
         if bos and ids[: 2 * len(bos)] == bos + bos:
@@ -193,7 +193,7 @@ class ServerCore:
     def render_chat(self, engine: Engine, messages: list[dict[str, Any]],
                     tools: list[dict[str, Any]] | None) -> tuple[str, list[int]]:
         try:
-            text = engine.apply_chat_template(messages, tools)
+            text = engine.tokenizer.apply_chat_template(messages, tools)
         except Exception as exc:  # noqa: BLE001 - the template refused these messages: the client's to fix
             raise bad_request(f"the chat template could not render these messages: {exc}", param="messages") from None
         return text, self.tokenize(engine, text, "messages")
@@ -286,7 +286,7 @@ class ServerCore:
         # Left again when the response ends however it ends (ChatRun.close).
         self.service.inflight.enter(agent)
         if asked is None:  # the prompt's tail says what the agent asks, whatever API it came through
-            asked = engine.detokenize(prompt_ids[-ASKED_TAIL_TOKENS:])
+            asked = engine.tokenizer.detokenize(prompt_ids[-ASKED_TAIL_TOKENS:])
         self.service.activity.began(agent, handle.request, asked, facts.tool_format)
         return handle
 

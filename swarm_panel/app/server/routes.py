@@ -120,7 +120,7 @@ def create_app(service: SwarmService) -> FastAPI:
                 top = f"0..{n_vocab - 1}" if n_vocab is not None else "non-negative"
                 raise bad_request(f"prompt token ids must be within {top}", param="prompt")
             prompt_ids = list(prompt)
-            echo = engine.detokenize(prompt_ids) if body.echo else ""
+            echo = engine.tokenizer.detokenize(prompt_ids) if body.echo else ""
         run = await server.start_completion(request, engine, thread, body, prompt_ids, agent_of(body.user, request))
         model_id = server.facts(engine).model_id
         response_id = f"cmpl-{uuid.uuid4().hex}"

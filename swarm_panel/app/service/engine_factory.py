@@ -64,8 +64,9 @@ def engine_for(options: object, *, realtime: bool, max_lanes: int, leave_a_core:
     from swarm_panel.runtime.llama.backend_sampling import choose_backend_sampling
     from swarm_panel.runtime.llama.cpu_tuning.door import engine_tuning
     from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
-    from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError, on_cpu
-    from swarm_panel.runtime.llama.prefix_files import PrefixStoreOptions
+    from swarm_panel.runtime.llama.engine import LlamaEngine
+    from swarm_panel.runtime.llama.model import ModelLoadError, on_cpu
+    from swarm_panel.runtime.reuse.stored_files import PrefixStoreOptions
 
     path, note = resolve_model(o.model, o.n_gpu_layers, progress)
     if not path.is_file():
@@ -121,7 +122,7 @@ def resolve_model(model: Path | str | None, n_gpu_layers: int = 0,
         return fetch(str(model), say=say), None
     if model is None or str(model) == BUNDLED_ALIAS:
         shipped = bundled_model_path()
-        from swarm_panel.runtime.llama.engine import on_cpu
+        from swarm_panel.runtime.llama.model import on_cpu
 
         if not on_cpu(n_gpu_layers):
             return shipped, None

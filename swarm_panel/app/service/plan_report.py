@@ -96,7 +96,7 @@ def flash_attn_for(setting: str, kv_type: str, card: bool) -> bool:
 def offloads(settings: Settings) -> bool:
     """The weights go to a card: layers asked for, and a llama.cpp built with a GPU backend."""
     # Deferred as engine_factory defers it: loading llama.cpp is the engine's first step, not an import's.
-    from swarm_panel.runtime.llama.engine import on_cpu
+    from swarm_panel.runtime.llama.model import on_cpu
 
     return not on_cpu(settings.n_gpu_layers)
 

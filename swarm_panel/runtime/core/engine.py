@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from swarm_panel.runtime.core.request import Request
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.checkpoints import CheckpointStore
-    from swarm_panel.runtime.core.kv_parking import ParkedSequences
-    from swarm_panel.runtime.core.prefix_store import PrefixStore, StoredPrefix
+    from swarm_panel.runtime.reuse.parked import ParkedSequences
+    from swarm_panel.runtime.reuse.stored import PrefixStore, StoredPrefix
 
 
 class RowKind(enum.IntEnum):
@@ -48,10 +48,10 @@ class PrefixOpKind(enum.IntEnum):
     ADOPT = 1
     # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
     COPY = 2
-    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.core.kv_parking),
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.reuse.parked),
     # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
     PARK = 3
-    # `dest` starts from a stored prefix (runtime.core.prefix_store), the op's `source`: its whole state
+    # `dest` starts from a stored prefix (runtime.reuse.stored), the op's `source`: its whole state
     # restored into dest's sequence, then cut back to num_tokens. The stored prefix stays for the next use.
     RESTORE = 4
 
@@ -145,12 +145,12 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
-    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.core.kv_parking); None: never.
+    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.reuse.parked); None: never.
     parked: ParkedSequences | None = None
     # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
     # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
     parks_evicted: bool = False
-    # Whole states of long shared heads kept across sessions (runtime.core.prefix_store): a prompt chunk
+    # Whole states of long shared heads kept across sessions (runtime.reuse.stored): a prompt chunk
     # ending at such a head is marked `store_prefix`, and a prompt starting with one gets a RESTORE op.
     prefix_store: PrefixStore | None = None
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
@@ -166,6 +166,81 @@ class EngineCaps:
     # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
     # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.prefill_budget).
     attention_bound_prefill: bool = False
+    # The compute call returns before its outputs are ready (a GPU's queue): StepPlan.while_computing then
+    # overlaps the device's work, and the serving loop plans the next step meanwhile.
+    computes_async: bool = False
+    # Honours SamplingParams.grammar and .logprobs (the app refuses both on engines without this).
+    samples_logits: bool = False
+    # What says when the other attention kernel would serve the contexts seen lately better
+    # (RelayoutKind.ATTENTION); None: the kernel stays.
+    attention: AttentionAdvisor | None = None
+
+
+class AttentionAdvisor(Protocol):
+    """Follows the contexts served and advises the attention kernel (llama.cpu_tuning.attention_follower)."""
+
+    current: str
+
+    @property
+    def ratio(self) -> float | None: ...
+
+    def observe(self, contexts: Iterable[int], now: float) -> None: ...
+
+    def advice(self, now: float, recompute_tokens: Callable[[], int]) -> str | None: ...
+
+    def switched(self, setting: str, now: float) -> None: ...
+
+    def distinct_tokens(self, sequences: Sequence[Sequence[int]]) -> int: ...
+
+
+class RelayoutKind(enum.Enum):
+    # Split KV that was a default becomes one unified pool, for a request longer than a lane (caps.widens_to).
+    WIDEN = "widen"
+    # A widened pool turns split again once no request needs more than a lane (caps.narrows_to).
+    NARROW = "narrow"
+    # The other attention kernel, as caps.attention advises.
+    ATTENTION = "attention"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFacts:
+    """What an engine is, for the panel and /v1/models; replaced whole when the engine's layout changes,
+    so a reader on another thread sees one layout's facts, never half of two."""
+
+    name: str
+    device: str
+    # What one request may hold, and the KV cells of all lanes together.
+    n_ctx: int
+    kv_capacity_tokens: int
+    kv_type: str
+    memory_kind: str
+    note: str | None
+    # A subclass's fields left out of the dict when unset, as the dict was before there were types.
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in self.OMIT_WHEN_NONE}
+
+
+class Tokenizer(Protocol):
+    """Text and tokens for the HTTP loop's thread: an object apart from the engine's step, so that it
+    shares no mutable state with the decoding thread."""
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Renders a chat with the model's own template (tools included) into one prompt string."""
+        ...
 
 
 class EngineLoadError(RuntimeError):
@@ -188,31 +263,26 @@ class Engine(Protocol):
     max_context: int
     max_step_tokens: int
     max_lanes: int
+    # What it is (model, device, layout); the engine's own subclass of EngineFacts.
+    facts: EngineFacts
+    # Text and tokens for other threads than the engine's.
+    tokenizer: Tokenizer
 
     def step(self, plan: StepPlan) -> StepResult: ...
 
+    def relayout(self, kind: RelayoutKind, why: str, flash_attn: str | None = None) -> None:
+        """Between steps only: a new layout (as caps allow), every sequence dropped for the caller to
+        recompute. Raises EngineError, with the old layout back, where it cannot be made."""
+        ...
+
     def describe(self) -> dict[str, Any]:
-        """Facts for the panel and /v1/models: model name, parameters, device, KV type..."""
+        """The facts and the live figures (checkpoints, parked sequences...) as one dict, for the panel's
+        grid, /v1/models' meta and /metrics."""
         ...
 
     def close(self) -> None: ...
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
-
-    def detokenize(self, tokens: list[int]) -> str: ...
-
     def piece(self, token: int) -> bytes:
-        """The bytes one sampled token adds to the output (an end-of-generation token adds none)."""
-        ...
-
-    @property
-    def chat_template(self) -> str | None: ...
-
-    def apply_chat_template(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        """Renders a chat with the model's own template (tools included) into one prompt string."""
+        """The bytes one sampled token adds to the output (an end-of-generation token adds none); the
+        engine thread's own, beside the step."""
         ...

@@ -47,7 +47,7 @@ class StepStats:
     checkpoints: int = 0
     checkpoint_bytes: int = 0
     checkpoint_budget_bytes: int = 0
-    # Finished sequences parked in host RAM (runtime.core.kv_parking), in a budget of their own.
+    # Finished sequences parked in host RAM (runtime.reuse.parked), in a budget of their own.
     parked_sequences: int = 0
     parked_bytes: int = 0
     park_budget_bytes: int = 0

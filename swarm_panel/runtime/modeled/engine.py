@@ -18,12 +18,23 @@ import json
 import re
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
-from swarm_panel.runtime.core.engine import EngineCaps, PrefixOpKind, RowKind, Sample, StepPlan, StepResult
+from swarm_panel.runtime.core.engine import (
+    EngineCaps,
+    EngineError,
+    EngineFacts,
+    PrefixOpKind,
+    RelayoutKind,
+    RowKind,
+    Sample,
+    StepPlan,
+    StepResult,
+)
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B, CardProfile
 
 BOS_ID = 1
@@ -44,6 +55,16 @@ PLACEHOLDER_WORDS = (
     "then", "runs", "tests", "on", "code", "with", "one", "batch", "step", "each", "token",
 )
 _PIECES = tuple((" " + word).encode() for word in PLACEHOLDER_WORDS)
+
+
+@dataclass(frozen=True, slots=True)
+class ModeledFacts(EngineFacts):
+    recurrent_state_bytes: int
+    step_line: str
+    # The line holds at this context a sequence; each token beyond it adds its KV read to a row.
+    reference_context: int
+    kv_read_ns_per_token: float
+    engine: str = "modeled"
 
 
 class ModeledEngine:
@@ -71,6 +92,14 @@ class ModeledEngine:
         self.checkpoints = CheckpointStore(checkpoint_budget_bytes) if profile.recurrent_state_bytes else None
         self.sequence_state_tokens = profile.state_tokens_per_sequence
         self.turn_end_tokens = frozenset({IM_END_ID})
+        self.tokenizer = ModeledTokenizer()
+        p = profile
+        self.facts = ModeledFacts(
+            name=p.model, device=p.card, n_ctx=p.max_context, kv_capacity_tokens=self.kv_capacity,
+            kv_type=p.kv_type, memory_kind=self.memory_kind,
+            note="Modeled card: step times follow the cost model; tokens are placeholder words.",
+            recurrent_state_bytes=p.recurrent_state_bytes, step_line=f"t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms",
+            reference_context=p.reference_context, kv_read_ns_per_token=p.kv_read_ms_per_token * 1e6)
 
     @property
     def caps(self) -> EngineCaps:
@@ -110,29 +139,22 @@ class ModeledEngine:
         return StepResult(samples=samples, duration_s=duration, device_s=device_s)
 
     def describe(self) -> dict[str, Any]:
-        p = self.profile
-        return {
-            "engine": "modeled",
-            "name": p.model,
-            "device": p.card,
-            "n_ctx": p.max_context,
-            "kv_capacity_tokens": self.kv_capacity,
-            "kv_type": p.kv_type,
-            "memory_kind": self.memory_kind,
-            "checkpoints": len(self.checkpoints) if self.checkpoints is not None else 0,
-            "checkpoint_bytes": self.checkpoints.num_bytes if self.checkpoints is not None else 0,
-            "recurrent_state_bytes": p.recurrent_state_bytes,
-            "step_line": f"t(B) = {p.floor_ms:g} + {p.per_row_ms:g}B ms",
-            # The line holds at this context a sequence; each token beyond it adds its KV read to a row.
-            "reference_context": p.reference_context,
-            "kv_read_ns_per_token": p.kv_read_ms_per_token * 1e6,
-            "note": "Modeled card: step times follow the cost model; tokens are placeholder words.",
-        }
+        checkpoints = self.checkpoints
+        return dict(self.facts.as_dict(), checkpoints=len(checkpoints) if checkpoints is not None else 0,
+                    checkpoint_bytes=checkpoints.num_bytes if checkpoints is not None else 0)
+
+    def relayout(self, kind: RelayoutKind, why: str, flash_attn: str | None = None) -> None:
+        raise EngineError(f"the modeled card's layout is fixed: it does not {kind.value}")
 
     def close(self) -> None:
         pass
 
-    # Text: about four characters a token, like a real BPE vocabulary, so prompt sizes stay plausible.
+    def piece(self, token: int) -> bytes:
+        return _PIECES[token % len(_PIECES)]
+
+
+class ModeledTokenizer:
+    """Text: about four characters a token, like a real BPE vocabulary, so prompt sizes stay plausible."""
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         ids = [BOS_ID] if add_special else []
@@ -146,9 +168,6 @@ class ModeledEngine:
 
     def detokenize(self, tokens: list[int]) -> str:
         return "".join(" " + PLACEHOLDER_WORDS[t % len(PLACEHOLDER_WORDS)] for t in tokens if t != BOS_ID)
-
-    def piece(self, token: int) -> bytes:
-        return _PIECES[token % len(_PIECES)]
 
     @property
     def chat_template(self) -> str | None:

@@ -18,7 +18,7 @@ On a hybrid or recurrent model a sequence can resume only where its recurrent st
 own end, or a checkpoint): the planner passes `resume`, which cuts each match back to such a point.
 
 An entry is resident (its KV in the engine's cells, under a sequence id) or parked (in host RAM,
-swarm_panel.runtime.core.kv_parking): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
+swarm_panel.runtime.reuse.parked): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
 only resident entries count in `num_tokens` and `num_resident`, what the KV budget and the id pool
 read.
 """
@@ -29,12 +29,15 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from swarm_panel.runtime.core.prefix_store import StoredPrefix
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
+
+if TYPE_CHECKING:
+    from swarm_panel.runtime.reuse.stored import StoredPrefix
 
 # Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
 MIN_MATCH_TOKENS = 8
@@ -62,7 +65,7 @@ class CacheEntry:
     # Token ids at positions 0..len-1 of that sequence.
     tokens: np.ndarray
     agent: str
-    # Parked in host RAM (runtime.core.kv_parking): it holds no KV cells and no sequence id until reused.
+    # Parked in host RAM (runtime.reuse.parked): it holds no KV cells and no sequence id until reused.
     parked: bool = False
 
     @property
@@ -72,7 +75,7 @@ class CacheEntry:
 
 @dataclass(slots=True)
 class Match:
-    # A CacheEntry, a live Request whose computed tokens match, or a stored prefix (runtime.reuse.stored_heads).
+    # A CacheEntry, a live Request whose computed tokens match, or a stored prefix (runtime.reuse.stored).
     source: CacheEntry | Request | StoredPrefix
     num_tokens: int
 

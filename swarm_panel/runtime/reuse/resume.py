@@ -27,7 +27,7 @@ there:
   after) moves back to the start, where the state is at hand before the step: the engine snapshots it
   then (Row.checkpoint_start), before computing on.
 The shared head's end (`head_ends`) is also where the engine keeps a stored prefix
-(runtime.core.prefix_store), on any model, where the head is long.
+(runtime.reuse.stored), on any model, where the head is long.
 """
 
 from __future__ import annotations

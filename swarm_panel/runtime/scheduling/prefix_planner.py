@@ -16,7 +16,7 @@ rather than adopting, and so cutting back, another agent's conversation.
 
 A stored prefix (the engine has a `prefix_store`: a long shared head's whole state, kept across
 sessions and runs) is a third source: a prompt that starts with one, where no live or cached sequence
-holds more, gets it restored (a RESTORE op; runtime.reuse.stored_heads), and a prompt chunk that
+holds more, gets it restored (a RESTORE op; runtime.reuse.stored), and a prompt chunk that
 reaches a long head not stored yet ends there, for the engine to store it.
 
 Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, PrefixOp, PrefixOpKind
-from swarm_panel.runtime.core.prefix_store import StoredPrefix
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.reuse.prefix_cache import (
     MIN_MATCH_TOKENS,
@@ -46,7 +45,7 @@ from swarm_panel.runtime.reuse.prefix_cache import (
     common_prefix_len,
 )
 from swarm_panel.runtime.reuse.resume import Resumption
-from swarm_panel.runtime.reuse.stored_heads import StoredHeads
+from swarm_panel.runtime.reuse.stored import StoredHeads, StoredPrefix
 from swarm_panel.runtime.scheduling.kv_budget import KVBudget
 from swarm_panel.runtime.scheduling.lanes import Lane
 

@@ -47,8 +47,8 @@ class EngineLoop:
         # Where each step's time went (runtime.core.step_account), read by benchmarks and /metrics.
         self.account = StepAccount()
         self._last_result: StepResult | None = None
-        # None: where the engine computes asynchronously (runtime.llama.engine.LlamaEngine.computes_async).
-        self.overlap = getattr(engine, "computes_async", False) if overlap is None else overlap
+        # None: where the engine computes asynchronously (EngineCaps.computes_async).
+        self.overlap = engine.caps.computes_async if overlap is None else overlap
         # The last step's figures and outputs, held to go out while the next step computes.
         self._pending: StepOutcome | None = None
 

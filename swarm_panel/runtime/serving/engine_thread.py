@@ -19,7 +19,7 @@ from itertools import chain
 
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError
+from swarm_panel.runtime.core.engine import Engine, EngineCaps, EngineError, RelayoutKind
 from swarm_panel.runtime.core.request import Request, RequestOutput
 from swarm_panel.runtime.core.step_account import StepTotals
 from swarm_panel.runtime.scheduling.limits import DEFAULT_MAX_TOKENS, RequestRejected, Settled, checked_config, settle
@@ -103,10 +103,9 @@ class EngineThread:
         self.narrow_after_s = narrow_after_s
         # Clock time a request that needs more than a lane's share was last seen (arriving, queued or live).
         self._long_seen = 0.0
-        # Where the probe timed both attention kernels by context, the kernel follows the contexts served.
-        # (the llama engine's CPU tuning: llama.cpu_tuning.attention_follower; other engines have none).
-        follower = getattr(engine, "attention_follower", None)
-        self.attention = follower() if follower is not None else None
+        # Where the engine can say which attention kernel serves the contexts seen lately, the kernel
+        # follows them (the llama engine's CPU tuning; other engines have none).
+        self.attention = engine.caps.attention
 
     # -- called from any thread ----------------------------------------------------------------
 
@@ -252,7 +251,7 @@ class EngineThread:
         if not self.scheduler.caps.widens_to:
             return self._widen_failure
         self._long_seen = self.clock.now()
-        self._widen_failure = self._relayout(self.engine.widen, why)
+        self._widen_failure = self._relayout(RelayoutKind.WIDEN, why)
         return self._widen_failure
 
     def _narrow_when_quiet(self) -> None:
@@ -269,7 +268,7 @@ class EngineThread:
                for r in chain((lane.request for lane in s.lanes.live()), s.waiting)):
             self._long_seen = now
             return
-        self._relayout(self.engine.narrow, f"after {self.narrow_after_s:g} s with no request longer than a lane")
+        self._relayout(RelayoutKind.NARROW, f"after {self.narrow_after_s:g} s with no request longer than a lane")
 
     def _follow_attention(self) -> None:
         """Prices the live lanes' contexts under both attention kernels and switches to the other one
@@ -287,19 +286,19 @@ class EngineThread:
         why = (f"for the contexts served lately: a decode step {follower.ratio:.0%} of the cost it had "
                f"with flash attention {follower.current}")
         log.info("flash attention %s %s", target, why)
-        if self._relayout(lambda reason: self.engine.switch_attention(target, reason), why) is None:
+        if self._relayout(RelayoutKind.ATTENTION, why, target) is None:
             follower.switched(target, now)
         else:
             self.attention = None
 
-    def _relayout(self, change: Callable[[str], None], why: str) -> str | None:
-        """The engine changes its context (`widen`, `narrow` or `switch_attention`), dropping every sequence; a new
-        scheduler sized by its caps takes over every request, the live ones recomputing. Returns why
-        the engine could not change, or None."""
+    def _relayout(self, kind: RelayoutKind, why: str, flash_attn: str | None = None) -> str | None:
+        """The engine changes its context (Engine.relayout), dropping every sequence; a new scheduler
+        sized by its caps takes over every request, the live ones recomputing. Returns why the engine
+        could not change, or None."""
         old = self.scheduler
         failure = None
         try:
-            change(why)
+            self.engine.relayout(kind, why, flash_attn)
         except EngineError as exc:
             # The old layout is back: requests are sized by it as before.
             log.error("%s", exc)

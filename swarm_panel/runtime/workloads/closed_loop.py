@@ -62,9 +62,9 @@ class RunResult:
 
 def exact_tokens(engine: Engine, text: str, length: int, add_special: bool = True) -> list[int]:
     """The text's tokens, repeated or cut to exactly `length`."""
-    ids = engine.tokenize(text, add_special=add_special)
+    ids = engine.tokenizer.tokenize(text, add_special=add_special)
     if not ids:
-        ids = engine.tokenize(".", add_special=False)
+        ids = engine.tokenizer.tokenize(".", add_special=False)
     while len(ids) < length:
         ids += ids
     return ids[:length]
@@ -111,11 +111,12 @@ class ChatConversations:
     def prompt(self, agent: int, turn: int) -> list[int]:
         chat = self.chats.setdefault(agent, AgentConversation(agent))
         # As the HTTP server renders a chat request, so in-process and HTTP runs compute the same prompts.
-        return self.engine.tokenize(self.engine.apply_chat_template(chat.messages), add_special=True,
+        tokenizer = self.engine.tokenizer
+        return tokenizer.tokenize(tokenizer.apply_chat_template(chat.messages), add_special=True,
                                     parse_special=True)
 
     def reply(self, agent: int, turn: int, output_token_ids: list[int]) -> None:
-        self.chats[agent].replied(self.engine.detokenize(output_token_ids))
+        self.chats[agent].replied(self.engine.tokenizer.detokenize(output_token_ids))
 
 
 def _sampling(workload: SwarmWorkload, agent: int, turn: int) -> SamplingParams:

@@ -56,7 +56,7 @@ def test_agents_sharing_a_system_prompt_repeats_and_next_turns_get_fresh_text(se
     got = [r.choices[0].message.content for r in (*answers, repeat, *turns)]
     assert got == [r.choices[0].message.content for r in plain]
     # The system message ends at its first <|im_end|>: every later request resumes at least there.
-    system_end = server.service.engine.tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>")
+    system_end = server.service.engine.tokenizer.tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>")
     assert cached[0] == 0 and min(cached[1:]) >= len(system_end)
     # Another agent copies the system prompt (split KV: into a stream of its own), so each agent's own
     # sequence stays cached: the repeat resumes at the end of its last message (the generation prompt

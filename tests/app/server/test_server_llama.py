@@ -58,7 +58,7 @@ def test_concurrent_streams_with_usage(llama):
 
 
 def test_logit_bias_reaches_the_sampler(client, llama):
-    (token,) = llama.service.engine.tokenize("hello", add_special=False)
+    (token,) = llama.service.engine.tokenizer.tokenize("hello", add_special=False)
     result = client.completions.create(model="tiny", prompt="the agent", max_tokens=6, temperature=0,
                                        logit_bias={str(token): 100}, extra_body=NO_EOS)
     assert result.usage.completion_tokens == 6

@@ -14,7 +14,7 @@ from swarm_panel.app.chat.tool_calls import (
     parse_tool_calls,
 )
 from swarm_panel.runtime.core.engine import RowKind, Sample
-from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.engine import ModeledEngine, ModeledTokenizer
 from swarm_panel.runtime.models.demo import CHAT_TEMPLATE
 from tests.app.server.test_server_common import modeled_service, running
 
@@ -160,11 +160,8 @@ def scripted_engine(fmt: ToolCallFormat) -> type[ModeledEngine]:
     template, script = SCRIPTS[fmt]
     pieces = [script[i : i + 4] for i in range(0, len(script), 4)]
 
-    class Scripted(ModeledEngine):
-        """The modeled engine, but its output text is the script, four characters a token, then an
-        end-of-generation token (token i of the output is piece i; the end token adds no text)."""
-
-        prompts: list[str] = []
+    class ScriptedText(ModeledTokenizer):
+        """The modeled tokenizer with the format's template, recording each prompt rendered."""
 
         @property
         def chat_template(self) -> str:
@@ -174,6 +171,16 @@ def scripted_engine(fmt: ToolCallFormat) -> type[ModeledEngine]:
             prompt = super().apply_chat_template(messages, tools, add_generation_prompt)
             Scripted.prompts.append(prompt)
             return prompt
+
+    class Scripted(ModeledEngine):
+        """The modeled engine, but its output text is the script, four characters a token, then an
+        end-of-generation token (token i of the output is piece i; the end token adds no text)."""
+
+        prompts: list[str] = []
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tokenizer = ScriptedText()
 
         def step(self, plan):
             result = super().step(plan)

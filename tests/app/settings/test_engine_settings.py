@@ -56,7 +56,7 @@ def test_the_default_layout_and_attention_follow_the_lane_share_and_the_device(t
 
 
 def test_flash_attention_stays_as_asked_where_auto_does_not_mean_off():
-    from swarm_panel.runtime.llama.engine import resolve_flash_attn
+    from swarm_panel.runtime.llama.context import resolve_flash_attn
 
     assert resolve_flash_attn("auto", 0, "f16") == "off"
     # A quantized V cache needs flash attention: llama.cpp decides.

@@ -56,7 +56,7 @@ def test_backend_greedy_gives_the_host_path_tokens(arch_model_path, kind):
     outputs = {}
     for backend in (False, True):
         with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, backend_sampling=backend) as engine:
-            requests = [Request(engine.tokenize(p), GREEDY[kind]) for p in PROMPTS]
+            requests = [Request(engine.tokenizer.tokenize(p), GREEDY[kind]) for p in PROMPTS]
             loop = run_all(engine, requests)
             outputs[backend] = [r.output_token_ids for r in requests]
             copied = loop.account.totals().logits_bytes
@@ -68,12 +68,12 @@ def test_backend_greedy_gives_the_host_path_tokens(arch_model_path, kind):
 
 def test_a_request_the_backend_does_not_cover_still_samples_on_the_host(engines):
     """A grammar and logprobs beside backend rows in one step: each is sampled where it can be."""
-    grammar = Request(engines.tokenize("hello"), SamplingParams(max_tokens=4, temperature=0.0,
+    grammar = Request(engines.tokenizer.tokenize("hello"), SamplingParams(max_tokens=4, temperature=0.0,
                                                                 grammar='root ::= "the" " agent"'))
-    probs = Request(engines.tokenize("hello world"), SamplingParams(max_tokens=4, temperature=0.0, logprobs=2))
-    plain = Request(engines.tokenize("what is this"), SamplingParams(max_tokens=4, temperature=0.0))
+    probs = Request(engines.tokenizer.tokenize("hello world"), SamplingParams(max_tokens=4, temperature=0.0, logprobs=2))
+    plain = Request(engines.tokenizer.tokenize("what is this"), SamplingParams(max_tokens=4, temperature=0.0))
     run_all(engines, [grammar, probs, plain])
-    assert engines.detokenize(grammar.output_token_ids).strip().startswith("the")
+    assert engines.tokenizer.detokenize(grammar.output_token_ids).strip().startswith("the")
     assert len(probs.output_logprobs) == len(probs.output_token_ids) == 4
     assert [lp.token for lp in probs.output_logprobs] == probs.output_token_ids
 
@@ -95,7 +95,7 @@ def test_a_seeded_draw_on_the_backend_repeats(tiny_model_path):
     with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, backend_sampling=True) as engine:
         runs = []
         for _ in range(2):
-            requests = [Request(engine.tokenize(p), sampling) for p in PROMPTS[:4]]
+            requests = [Request(engine.tokenizer.tokenize(p), sampling) for p in PROMPTS[:4]]
             run_all(engine, requests)
             runs.append([r.output_token_ids for r in requests])
     assert runs[0] == runs[1]
@@ -112,7 +112,7 @@ def test_backend_draws_follow_the_distribution_the_host_chain_draws_from(tiny_mo
     probabilities (read from the raw logits as logprobs), by a chi-square test at one in 10,000."""
     k, draws = 8, 512
     with LlamaEngine(tiny_model_path, max_lanes=8, n_ctx=2048, backend_sampling=False) as host:
-        prompt = host.tokenize("the agent can")
+        prompt = host.tokenizer.tokenize("the agent can")
         probe = Request(list(prompt), SamplingParams(max_tokens=1, temperature=0.0, logprobs=k))
         run_all(host, [probe])
         top = probe.output_logprobs[0].top

@@ -100,12 +100,12 @@ def test_the_bundled_model_decodes_with_it_by_default(real_model_path, monkeypat
 def same_tokens_either_way(path, monkeypatch) -> None:
     def generate() -> list[list[int]]:
         with LlamaEngine(path, max_lanes=3, n_ctx=1024, n_batch=256) as engine:
-            hello = engine.tokenize("hello there, how are you")
+            hello = engine.tokenizer.tokenize("hello there, how are you")
             requests = [
                 Request(list(hello), SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True, repeat_penalty=1.3)),
                 Request(list(hello), SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True,
                                                     repeat_penalty=1.1, logit_bias={hello[-1]: 2.5})),
-                Request(engine.tokenize("a b c"), SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)),
+                Request(engine.tokenizer.tokenize("a b c"), SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)),
             ]
             run(engine, requests)
             return [r.output_token_ids for r in requests]

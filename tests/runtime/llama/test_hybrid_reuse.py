@@ -54,7 +54,7 @@ def drain(loop: EngineLoop) -> None:
     while loop.scheduler.has_work:
         if loop.step() is None and loop.scheduler.waiting and not loop.scheduler.num_running:
             loop.clock.wait_until(loop.scheduler.next_admission_time())
-        assert loop.engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
+        assert loop.engine._context.memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
 
 
 def finish(loop: EngineLoop) -> None:
@@ -73,7 +73,7 @@ def fresh(engine, prompt: list[int], n: int) -> list[int]:
 
 
 def system_prompt(engine) -> list[int]:
-    return engine.tokenize(system_text(SYSTEM))[:SYSTEM]
+    return engine.tokenizer.tokenize(system_text(SYSTEM))[:SYSTEM]
 
 
 def test_the_engine_knows_a_hybrid_and_publishes_its_checkpoints(engine, tiny_model_path):
@@ -98,13 +98,13 @@ def test_every_reuse_gives_the_tokens_of_a_fresh_computation(engine, policy):
     loop = make_loop(engine, policy=policy, prefill_chunk=64)
     scheduler = loop.scheduler
     system = system_prompt(engine)
-    first = [Request(system + engine.tokenize(f"task {a}: fix the parser", add_special=False), greedy(6 + a),
+    first = [Request(system + engine.tokenizer.tokenize(f"task {a}: fix the parser", add_special=False), greedy(6 + a),
                      agent=f"agent-{a}", checkpoint_positions=(SYSTEM,)) for a in range(4)]
     for request in first:
         scheduler.add(request, loop.clock.now())
     drain(loop)
     repeats = [Request(list(r.prompt_token_ids), greedy(6 + a), agent=f"other-{a}") for a, r in enumerate(first)]
-    turns = [Request(r.token_ids + engine.tokenize(tool_text(a, 0, 12), add_special=False), greedy(5),
+    turns = [Request(r.token_ids + engine.tokenizer.tokenize(tool_text(a, 0, 12), add_special=False), greedy(5),
                      agent=f"agent-{a}", checkpoint_positions=(SYSTEM,)) for a, r in enumerate(first)]
     for request in repeats + turns:
         scheduler.add(request, loop.clock.now())

@@ -1,4 +1,4 @@
-"""Finished sequences parked in host RAM (swarm_panel.runtime.core.kv_parking), on both architectures: out of the KV
+"""Finished sequences parked in host RAM (swarm_panel.runtime.reuse.parked), on both architectures: out of the KV
 cells while idle, back exactly when a later turn reuses them."""
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from tests.runtime.llama.test_prefix_llama import (
 
 def _held_cells(engine: LlamaEngine) -> int:
     """KV cells in use over every sequence id the context has."""
-    mem = llama_cpp.llama_get_memory(engine._ctx)
-    return sum(llama_cpp.llama_memory_seq_pos_max(mem, s) + 1 for s in range(llama_cpp.llama_n_seq_max(engine._ctx)))
+    mem = llama_cpp.llama_get_memory(engine._context.ptr)
+    return sum(llama_cpp.llama_memory_seq_pos_max(mem, s) + 1 for s in range(llama_cpp.llama_n_seq_max(engine._context.ptr)))
 
 
 def _turns(engine: LlamaEngine, steps: list) -> tuple[Request, Request, int]:
     loop = make_loop(engine, steps)
-    first = Request(engine.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
+    first = Request(engine.tokenizer.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
     loop.scheduler.add(first, loop.clock.now())
     while loop.scheduler.has_work:
         loop.step()
     loop.step()
     idle_cells = _held_cells(engine)
-    again = Request(first.token_ids + engine.tokenize(" The tool says: ok.", add_special=False), greedy(8), agent="a")
+    again = Request(first.token_ids + engine.tokenizer.tokenize(" The tool says: ok.", add_special=False), greedy(8), agent="a")
     loop.scheduler.add(again, loop.clock.now())
     while loop.scheduler.has_work:
         loop.step()
@@ -72,8 +72,8 @@ def test_a_park_budget_too_small_recomputes_and_still_answers_exactly(arch_model
 def test_sequences_that_mostly_share_a_system_prompt_stay_resident(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=1024, n_batch=128) as engine:
         loop = make_loop(engine)
-        system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-        agents = [Request(system + engine.tokenize(task, add_special=False), greedy(4), agent=task,
+        system = engine.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+        agents = [Request(system + engine.tokenizer.tokenize(task, add_special=False), greedy(4), agent=task,
                           checkpoint_positions=(SYSTEM_TOKENS,)) for task in ("alpha", "zeta")]
         for request in agents:
             loop.scheduler.add(request, loop.clock.now())
@@ -97,12 +97,12 @@ def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
         metrics = MetricsAggregator()
         loop = make_loop(engine)
         loop.on_stats = metrics.observe
-        first = Request(engine.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
+        first = Request(engine.tokenizer.tokenize("You are a coding agent. Fix the failing parser test."), greedy(8), agent="a")
         loop.scheduler.add(first, loop.clock.now())
         while loop.scheduler.has_work:
             loop.step()
         # Another agent's request steps while the first conversation waits parked.
-        other = Request(engine.tokenize("Summarise the diff."), greedy(2), agent="b")
+        other = Request(engine.tokenizer.tokenize("Summarise the diff."), greedy(2), agent="b")
         loop.scheduler.add(other, loop.clock.now())
         while loop.scheduler.has_work:
             loop.step()
@@ -127,7 +127,7 @@ def _four_agents_on_two_streams(split: LlamaEngine, steps: list,
     """Four agents' first turns, then their second ones, on a split engine with two lanes."""
     loop = make_loop(split, steps, num_lanes=2, **config)
     scheduler = loop.scheduler
-    firsts = [Request(split.tokenize(f"agent {i} reads the failing test and the parser it calls"), greedy(6),
+    firsts = [Request(split.tokenizer.tokenize(f"agent {i} reads the failing test and the parser it calls"), greedy(6),
                       agent=f"a{i}") for i in range(4)]
     for request in firsts:
         scheduler.add(request, loop.clock.now())
@@ -136,7 +136,7 @@ def _four_agents_on_two_streams(split: LlamaEngine, steps: list,
     loop.step()
     snapshot = (scheduler.prefix_cache.num_resident, scheduler.prefix_cache.num_parked,
                 split.describe()["parked_sequences"], split.describe()["parked_bytes"])
-    agains = [Request(f.token_ids + split.tokenize(" The tool says: ok.", add_special=False), greedy(6), agent=f.agent)
+    agains = [Request(f.token_ids + split.tokenizer.tokenize(" The tool says: ok.", add_special=False), greedy(6), agent=f.agent)
               for f in firsts]
     for request in agains:
         scheduler.add(request, loop.clock.now())
@@ -195,7 +195,7 @@ def test_the_cache_panel_names_the_conversations_parked_beside_the_streams(tiny_
         loop = make_loop(split, num_lanes=2)
         loop.on_stats = metrics.observe
         for i in range(4):
-            loop.scheduler.add(Request(split.tokenize(f"agent {i} reads the failing test"), greedy(4), agent=f"a{i}"),
+            loop.scheduler.add(Request(split.tokenizer.tokenize(f"agent {i} reads the failing test"), greedy(4), agent=f"a{i}"),
                                loop.clock.now())
         while loop.scheduler.has_work:
             loop.step()
@@ -213,7 +213,7 @@ def test_split_kv_a_new_agent_copies_a_system_prompt_without_taking_another_agen
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
-        system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+        system = split.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
 
         def turn(agent: str, tokens: list[int]) -> Request:
             request = Request(tokens, greedy(5), agent=agent, checkpoint_positions=(SYSTEM_TOKENS,))
@@ -225,14 +225,14 @@ def test_split_kv_a_new_agent_copies_a_system_prompt_without_taking_another_agen
                 loop.step()
                 check_live_kv(loop, split)
 
-        firsts = [turn(f"a{i}", system + split.tokenize(f"task {i}: the parser", add_special=False)) for i in range(2)]
+        firsts = [turn(f"a{i}", system + split.tokenizer.tokenize(f"task {i}: the parser", add_special=False)) for i in range(2)]
         run()
         # Two new agents on the same system prompt fill both lanes while both streams hold conversations:
         # each copies the system prompt, and the conversations wait in host RAM instead of being cut back.
-        newcomers = [turn(f"b{i}", system + split.tokenize(f"other task {i}", add_special=False)) for i in range(2)]
+        newcomers = [turn(f"b{i}", system + split.tokenizer.tokenize(f"other task {i}", add_special=False)) for i in range(2)]
         run()
         assert all(r.num_cached_tokens >= SYSTEM_TOKENS for r in newcomers)
-        agains = [turn(f.agent, f.token_ids + split.tokenize(" The tool says: ok.", add_special=False))
+        agains = [turn(f.agent, f.token_ids + split.tokenizer.tokenize(" The tool says: ok.", add_special=False))
                   for f in firsts]
         run()
         assert [a.num_cached_tokens for a in agains] == [f.num_tokens - 1 for f in firsts]

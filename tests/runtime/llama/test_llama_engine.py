@@ -8,7 +8,8 @@ import pytest
 
 from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.model import ModelLoadError
 from swarm_panel.runtime.models.demo import CHAT_TEMPLATE, MODEL_NAME
 from swarm_panel.runtime.serving.detokenizer import StopStringDetokenizer
 from swarm_panel.runtime.serving.output_processor import OutputProcessor
@@ -77,7 +78,7 @@ def run(engine, requests: list[Request], chunk: int | None = None) -> dict[int, 
         processor.process(plan, result)
         assert not result.errors
         assert result.duration_s > 0
-        assert engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
+        assert engine._context.memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
         for row in rows:
             r = row.request
             r.num_computed_tokens = row.start + len(row.tokens)
@@ -142,7 +143,7 @@ def test_truncated_model_raises_model_load_error(tmp_path, tiny_model_path):
 def test_quantized_kv_cache_runs(tiny_model_path, kv_type):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=256, n_batch=64, kv_type=kv_type) as eng:
         assert eng.describe()["kv_type"] == kv_type
-        request = Request(eng.tokenize("hello world"), greedy(4))
+        request = Request(eng.tokenizer.tokenize("hello world"), greedy(4))
         run(eng, [request])
         assert request.num_output_tokens == 4
 
@@ -154,31 +155,31 @@ def test_quantized_kv_cache_runs(tiny_model_path, kv_type):
     "text", ["Hello world, the agent can call a tool.", "héllo wörld ✓ 日本語 🎉", "a\nb\tc  d"]
 )
 def test_tokenize_detokenize_round_trip(engine, text):
-    tokens = engine.tokenize(text)
+    tokens = engine.tokenizer.tokenize(text)
     assert tokens[0] == engine.vocab.bos
-    assert engine.detokenize(tokens) == text
-    assert engine.detokenize(engine.tokenize(text, add_special=False)) == text
+    assert engine.tokenizer.detokenize(tokens) == text
+    assert engine.tokenizer.detokenize(engine.tokenizer.tokenize(text, add_special=False)) == text
 
 
 def test_common_words_are_single_tokens(engine):
-    assert len(engine.tokenize("the agent can call a tool", add_special=False)) == 6
+    assert len(engine.tokenizer.tokenize("the agent can call a tool", add_special=False)) == 6
 
 
 def test_special_tokens_parse_only_when_asked(engine):
-    assert len(engine.tokenize("<|im_start|>", add_special=False, parse_special=True)) == 1
-    assert len(engine.tokenize("<|im_start|>", add_special=False, parse_special=False)) > 1
+    assert len(engine.tokenizer.tokenize("<|im_start|>", add_special=False, parse_special=True)) == 1
+    assert len(engine.tokenizer.tokenize("<|im_start|>", add_special=False, parse_special=False)) > 1
 
 
 def test_chat_template_renders_messages_and_tools(engine):
-    assert engine.chat_template == CHAT_TEMPLATE
+    assert engine.tokenizer.chat_template == CHAT_TEMPLATE
     tool = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
-    prompt = engine.apply_chat_template(
+    prompt = engine.tokenizer.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}], tools=[tool]
     )
     assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
     assert '<tools>\n{"type": "function", "function": {"name": "read_file"' in prompt
     assert prompt.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    plain = engine.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False)
+    plain = engine.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False)
     assert plain == "<|im_start|>user\nhi<|im_end|>\n"
 
 
@@ -188,7 +189,7 @@ def test_chat_template_renders_messages_and_tools(engine):
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5])
 def test_chunked_prefill_matches_whole_prefill(arch_engine, chunk):
     engine = arch_engine
-    prompt = engine.tokenize("we will do it, hello world: what is the agent about?")
+    prompt = engine.tokenizer.tokenize("we will do it, hello world: what is the agent about?")
     whole = Request(prompt, greedy(16))
     chunked = Request(prompt, greedy(16))
     run(engine, [whole])
@@ -204,20 +205,20 @@ def test_chunked_prefill_matches_whole_prefill(arch_engine, chunk):
 @pytest.mark.parametrize("batch", [2, 8])
 def test_batched_greedy_matches_each_alone(arch_engine, batch):
     engine = arch_engine
-    alone = [Request(engine.tokenize(p), greedy(16)) for p in PROMPTS[:batch]]
+    alone = [Request(engine.tokenizer.tokenize(p), greedy(16)) for p in PROMPTS[:batch]]
     for r in alone:
         run(engine, [r])
-    together = [Request(engine.tokenize(p), greedy(16)) for p in PROMPTS[:batch]]
+    together = [Request(engine.tokenizer.tokenize(p), greedy(16)) for p in PROMPTS[:batch]]
     run(engine, together)
     assert [r.output_token_ids for r in together] == [r.output_token_ids for r in alone]
 
 
 def test_mixed_prefill_and_decode_in_one_step(arch_engine):
     engine = arch_engine
-    first = Request(engine.tokenize(PROMPTS[0]), greedy(12))
-    reference = Request(engine.tokenize(PROMPTS[0]), greedy(12))
+    first = Request(engine.tokenizer.tokenize(PROMPTS[0]), greedy(12))
+    reference = Request(engine.tokenizer.tokenize(PROMPTS[0]), greedy(12))
     run(engine, [reference])
-    late = Request(engine.tokenize(PROMPTS[1]), greedy(1))
+    late = Request(engine.tokenizer.tokenize(PROMPTS[1]), greedy(1))
     # `first` decodes while `late` prefills in the same batch.
     result = engine.step(StepPlan(rows=[prefill_row(first)]))
     first.num_computed_tokens = first.num_tokens
@@ -234,7 +235,7 @@ def test_mixed_prefill_and_decode_in_one_step(arch_engine):
 
 def test_release_frees_kv_and_lane(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=256, n_batch=64) as eng:
-        a, b, c = (Request(eng.tokenize(p), greedy(4)) for p in PROMPTS[:3])
+        a, b, c = (Request(eng.tokenizer.tokenize(p), greedy(4)) for p in PROMPTS[:3])
         eng.step(StepPlan(rows=[prefill_row(a), prefill_row(b)]))
         assert sorted(eng.lane_kv_positions()) == sorted([a.num_tokens - 1, b.num_tokens - 1])
         result = eng.step(StepPlan(rows=[prefill_row(c)]))
@@ -249,20 +250,20 @@ def test_release_frees_kv_and_lane(arch_model_path):
 def test_split_kv_batches_rows_in_sequence_id_order(tiny_model_path):
     # llama.cpp cuts a split-KV step wherever sequence ids stop being consecutive: order is speed.
     with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=512, n_batch=128, kv_unified=False) as eng:
-        requests = [Request(eng.tokenize(p), greedy(4)) for p in PROMPTS[:4]]
+        requests = [Request(eng.tokenizer.tokenize(p), greedy(4)) for p in PROMPTS[:4]]
         first = eng.step(StepPlan(rows=[prefill_row(r) for r in requests]))
-        ids = {r.request_id: eng._lanes[r.request_id].seq_id for r in requests}
+        ids = {r.request_id: eng._sequences.lanes[r.request_id].seq_id for r in requests}
         for r in requests:
             r.token_ids.append(first.samples[r.request_id].token)
         backwards = sorted(requests, key=lambda r: -ids[r.request_id])
         eng.step(StepPlan(rows=[Row(r, RowKind.DECODE, r.num_tokens - 1, [r.token_ids[-1]], True) for r in backwards]))
         # What llama.cpp reads: each token's seq_id pointer in the batch it was given.
-        assert [eng._batch.seq_id[i][0] for i in range(eng._batch.n_tokens)] == sorted(ids.values())
+        assert [eng._context.tokens.batch.seq_id[i][0] for i in range(eng._context.tokens.batch.n_tokens)] == sorted(ids.values())
         eng.step(StepPlan(release=requests))
 
 
 def test_padding_rows_are_computed_but_not_returned(engine):
-    request = Request(engine.tokenize("hello world"), greedy(8))
+    request = Request(engine.tokenizer.tokenize("hello world"), greedy(8))
     engine.step(StepPlan(rows=[prefill_row(request)]))
     n = request.num_tokens
     result = engine.step(StepPlan(rows=[Row(request, RowKind.PADDING, n, [request.token_ids[-1]], True)]))
@@ -272,8 +273,8 @@ def test_padding_rows_are_computed_but_not_returned(engine):
 
 
 def test_row_at_wrong_position_fails_only_that_request(engine):
-    good = Request(engine.tokenize("hello world"), greedy(4))
-    bad = Request(engine.tokenize("what is this"), greedy(4))
+    good = Request(engine.tokenizer.tokenize("hello world"), greedy(4))
+    bad = Request(engine.tokenizer.tokenize("what is this"), greedy(4))
     result = engine.step(StepPlan(rows=[prefill_row(good), Row(bad, RowKind.PREFILL, 3, bad.token_ids[3:], True)]))
     assert set(result.samples) == {good.request_id}
     assert "position 3" in result.errors[bad.request_id]
@@ -284,7 +285,7 @@ def test_too_large_plan_raises_engine_error_and_engine_survives(engine):
     request = Request([engine.vocab.bos] + [300] * 300, greedy(2))
     with pytest.raises(EngineError, match="n_batch"):
         engine.step(StepPlan(rows=[prefill_row(request)]))
-    small = Request(engine.tokenize("hello world"), greedy(2))
+    small = Request(engine.tokenizer.tokenize("hello world"), greedy(2))
     run(engine, [small])
     assert small.num_output_tokens == 2
 
@@ -306,16 +307,16 @@ def test_full_kv_raises_kv_cache_full_and_leaves_nothing_behind(arch_model_path)
 
 
 def test_logit_bias_forces_a_token(engine):
-    forced = engine.tokenize("world", add_special=False)[-1]
+    forced = engine.tokenizer.tokenize("world", add_special=False)[-1]
     for sampling in (greedy(3, logit_bias={forced: 100.0}),
                      SamplingParams(max_tokens=3, temperature=1.0, seed=7, logit_bias={forced: 100.0})):
-        request = Request(engine.tokenize("hello"), sampling)
+        request = Request(engine.tokenizer.tokenize("hello"), sampling)
         run(engine, [request])
         assert request.output_token_ids == [forced] * 3
 
 
 def test_logit_bias_outside_vocabulary_fails_the_request(engine):
-    request = Request(engine.tokenize("hello"), greedy(2, logit_bias={10**6: 1.0}))
+    request = Request(engine.tokenizer.tokenize("hello"), greedy(2, logit_bias={10**6: 1.0}))
     result = engine.step(StepPlan(rows=[prefill_row(request)]))
     assert "outside the vocabulary" in result.errors[request.request_id]
     engine.step(StepPlan(release=[request]))
@@ -323,10 +324,10 @@ def test_logit_bias_outside_vocabulary_fails_the_request(engine):
 
 def test_end_of_generation_stops_unless_ignore_eos(engine):
     eos = engine.vocab.eos
-    stopping = Request(engine.tokenize("hello"), SamplingParams(max_tokens=5, temperature=0.0, logit_bias={eos: 100.0}))
+    stopping = Request(engine.tokenizer.tokenize("hello"), SamplingParams(max_tokens=5, temperature=0.0, logit_bias={eos: 100.0}))
     texts = run(engine, [stopping])
     assert stopping.output_token_ids == [eos] and texts[stopping.request_id] == ""
-    ignoring = Request(engine.tokenize("hello"), greedy(5, logit_bias={eos: 100.0}))
+    ignoring = Request(engine.tokenizer.tokenize("hello"), greedy(5, logit_bias={eos: 100.0}))
     run(engine, [ignoring])
     assert ignoring.num_output_tokens == 5
     assert not any(engine.vocab.is_eog(t) for t in ignoring.output_token_ids)
@@ -336,7 +337,7 @@ def test_seeded_sampling_is_reproducible(engine):
     outs = []
     for _ in range(2):
         sampling = SamplingParams(max_tokens=12, temperature=1.0, seed=42, ignore_eos=True)
-        request = Request(engine.tokenize("hello"), sampling)
+        request = Request(engine.tokenizer.tokenize("hello"), sampling)
         run(engine, [request])
         outs.append(request.output_token_ids)
     assert outs[0] == outs[1]
@@ -344,7 +345,7 @@ def test_seeded_sampling_is_reproducible(engine):
 
 def test_penalties_run(engine):
     request = Request(
-        engine.tokenize("hello"),
+        engine.tokenizer.tokenize("hello"),
         greedy(16, repeat_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.5, top_k=40, top_p=0.9, min_p=0.05),
     )
     run(engine, [request])
@@ -357,33 +358,33 @@ def _pieces_text(engine, tokens) -> str:
 
 
 def test_stop_string_across_pieces_ends_the_request(engine):
-    free = Request(engine.tokenize(PROMPTS[0]), greedy(24))
+    free = Request(engine.tokenizer.tokenize(PROMPTS[0]), greedy(24))
     full = run(engine, [free])[free.request_id]
     assert full == _pieces_text(engine, free.output_token_ids)
     # A stop string that spans a piece boundary in the middle of the output.
     boundary = len(_pieces_text(engine, free.output_token_ids[:10]))
     stop = full[boundary - 2 : boundary + 2]
-    stopped = Request(engine.tokenize(PROMPTS[0]), greedy(24, stop=[stop]))
+    stopped = Request(engine.tokenizer.tokenize(PROMPTS[0]), greedy(24, stop=[stop]))
     text = run(engine, [stopped])[stopped.request_id]
     assert text == full[: full.find(stop)]
     assert stopped.num_output_tokens < 24
 
 
 def test_held_text_is_flushed_on_the_last_token(engine):
-    free = Request(engine.tokenize(PROMPTS[1]), greedy(10))
+    free = Request(engine.tokenizer.tokenize(PROMPTS[1]), greedy(10))
     full = run(engine, [free])[free.request_id]
     # The output ends with the start of this stop string, so its tail stays held until max_tokens.
-    held = Request(engine.tokenize(PROMPTS[1]), greedy(10, stop=[full[-1] + "\x00never"]))
+    held = Request(engine.tokenizer.tokenize(PROMPTS[1]), greedy(10, stop=[full[-1] + "\x00never"]))
     assert run(engine, [held])[held.request_id] == full
 
 
 
 def test_preempted_request_gets_its_held_text_back(arch_engine):
     engine = arch_engine
-    free = Request(engine.tokenize(PROMPTS[2]), greedy(10))
+    free = Request(engine.tokenizer.tokenize(PROMPTS[2]), greedy(10))
     full = run(engine, [free])[free.request_id]
     held_char = _pieces_text(engine, free.output_token_ids[:5])[-1]
-    request = Request(engine.tokenize(PROMPTS[2]), greedy(10, stop=[held_char + "\x00never"]))
+    request = Request(engine.tokenizer.tokenize(PROMPTS[2]), greedy(10, stop=[held_char + "\x00never"]))
     processor = OutputProcessor(engine.piece, engine.max_context)
     text = ""
 

@@ -45,7 +45,7 @@ def drain(loop: EngineLoop, switch_every: int = 0, rng: random.Random | None = N
 
 
 def greedy_request(engine, prompt: str, n: int) -> Request:
-    return Request(engine.tokenize(prompt), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    return Request(engine.tokenizer.tokenize(prompt), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
 
 
 def assert_no_leaks(loop: EngineLoop, engine) -> None:
@@ -118,7 +118,7 @@ def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
 
 def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):
     loop = make_loop(engine)
-    too_long = Request(engine.tokenize("hello world " * 2000), SamplingParams(max_tokens=4))
+    too_long = Request(engine.tokenizer.tokenize("hello world " * 2000), SamplingParams(max_tokens=4))
     with pytest.raises(RequestRejected, match="more than the context of 2048"):
         loop.scheduler.add(too_long, loop.clock.now())
 

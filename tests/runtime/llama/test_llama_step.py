@@ -65,7 +65,7 @@ def decode_row(request: Request) -> Row:
 
 
 def test_decode_steps_check_positions_without_asking_llama_cpp(engine, pos_max_calls):
-    requests = [Request(engine.tokenize(p), greedy(8)) for p in ("hello world", "what is this", "how are you")]
+    requests = [Request(engine.tokenizer.tokenize(p), greedy(8)) for p in ("hello world", "what is this", "how are you")]
     result = engine.step(StepPlan(rows=[Row(r, RowKind.PREFILL, 0, list(r.token_ids), True) for r in requests]))
     for r in requests:
         r.token_ids.append(result.samples[r.request_id].token)
@@ -77,7 +77,7 @@ def test_decode_steps_check_positions_without_asking_llama_cpp(engine, pos_max_c
             r.token_ids.append(result.samples[r.request_id].token)
     assert pos_max_calls == []
     # The record it checks against is llama.cpp's own.
-    assert engine._memory.mismatches() == {}
+    assert engine._context.memory.mismatches() == {}
     pos_max_calls.clear()
     # A row that does not continue its sequence is still caught from that record.
     stale = Row(requests[0], RowKind.DECODE, requests[0].num_tokens - 2, [requests[0].token_ids[-2]], True)
@@ -90,7 +90,7 @@ def test_decode_steps_check_positions_without_asking_llama_cpp(engine, pos_max_c
 
 def test_after_a_prefix_copy_the_destination_is_checked_against_llama_cpp(tiny_model_path):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=512, n_batch=64) as eng:
-        source = Request(eng.tokenize("the agent can call a tool"), greedy(4))
+        source = Request(eng.tokenizer.tokenize("the agent can call a tool"), greedy(4))
         eng.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, list(source.token_ids), True)]))
         dest = Request(list(source.token_ids), greedy(4))
         copy = PrefixOp(PrefixOpKind.COPY, source, dest, 5)
@@ -99,13 +99,13 @@ def test_after_a_prefix_copy_the_destination_is_checked_against_llama_cpp(tiny_m
         assert "holds 5 tokens" in result.errors[dest.request_id]
         result = eng.step(StepPlan(rows=[Row(dest, RowKind.PREFILL, 5, dest.token_ids[5:], True)]))
         assert dest.request_id in result.samples and not result.errors
-        assert eng._memory.mismatches() == {}
+        assert eng._context.memory.mismatches() == {}
         eng.step(StepPlan(release=[source, dest]))
 
 
 def test_each_malformed_row_fails_only_its_own_request(engine):
     n_vocab = engine.vocab.n_tokens
-    good = Request(engine.tokenize("hello world"), greedy(2))
+    good = Request(engine.tokenizer.tokenize("hello world"), greedy(2))
     out_of_vocab = Request([1, n_vocab], greedy(2))
     negative = Request([1, -1], greedy(2))
     empty = Request([1, 2], greedy(2))
@@ -125,5 +125,5 @@ def test_each_malformed_row_fails_only_its_own_request(engine):
     assert "at least one token" in result.errors[empty.request_id]
     assert "exceed the context" in result.errors[too_long.request_id]
     assert "two rows" in result.errors[twice.request_id]
-    assert engine._memory.mismatches() == {}
+    assert engine._context.memory.mismatches() == {}
     engine.step(StepPlan(release=[good, out_of_vocab, negative, empty, too_long, twice]))

@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from swarm_panel.runtime.core.prefix_store import PrefixStore
-from swarm_panel.runtime.llama.prefix_files import SUFFIX, PrefixFiles
+from swarm_panel.runtime.reuse.stored import PrefixStore
+from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixFiles
 
 STATE = 4096
 

@@ -68,13 +68,13 @@ def check_live_kv(loop: EngineLoop, engine) -> None:
     for lane in loop.scheduler.lanes:
         if lane.request is None:
             continue
-        engine_lane = engine._lanes.get(lane.request.request_id)
+        engine_lane = engine._sequences.lanes.get(lane.request.request_id)
         if engine_lane is None:
             assert lane.kv_tokens == lane.request.num_computed_tokens == 0 or not lane.prefix_checked
             continue
         held = engine.lane_kv_positions()[engine_lane.seq_id] + 1
         assert held == lane.kv_tokens, f"request {lane.request.request_id}: KV {held}, accounted {lane.kv_tokens}"
-    assert engine._memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
+    assert engine._context.memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
 
 
 def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, check=False, **config):
@@ -82,8 +82,8 @@ def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, chec
     steps: list = []
     loop = make_loop(engine, steps, **config)
     scheduler = loop.scheduler
-    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-    histories = {a: system + engine.tokenize(f"task {a}: fix the parser", add_special=False) for a in range(agents)}
+    system = engine.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    histories = {a: system + engine.tokenizer.tokenize(f"task {a}: fix the parser", add_special=False) for a in range(agents)}
     outputs: dict[tuple[int, int], list[int]] = {}
     requests: list[Request] = []
 
@@ -96,7 +96,7 @@ def converse(engine, agents: int = 3, turns: int = 3, max_tokens: int = 10, chec
         def on_output(output) -> None:
             if output.finished:
                 outputs[(agent, turn)] = request.output_token_ids
-                tool = engine.tokenize(tool_text(agent, turn, 12), add_special=False)
+                tool = engine.tokenizer.tokenize(tool_text(agent, turn, 12), add_special=False)
                 histories[agent] = request.token_ids + tool
                 if turn + 1 < turns:
                     submit(agent, turn + 1)
@@ -145,10 +145,10 @@ def test_eviction_under_kv_pressure_never_touches_a_live_sequence(engine):
 def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
     steps: list = []
     loop = make_loop(engine, steps)
-    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-    first = Request(system + engine.tokenize("alpha beta", add_special=False), greedy(6), agent="a",
+    system = engine.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    first = Request(system + engine.tokenizer.tokenize("alpha beta", add_special=False), greedy(6), agent="a",
                     checkpoint_positions=(SYSTEM_TOKENS,))
-    other = Request(system + engine.tokenize("zeta", add_special=False), greedy(6), agent="b",
+    other = Request(system + engine.tokenizer.tokenize("zeta", add_special=False), greedy(6), agent="b",
                     checkpoint_positions=(SYSTEM_TOKENS,))
     assert first.token_ids[SYSTEM_TOKENS] != other.token_ids[SYSTEM_TOKENS]
     loop.scheduler.add(first, loop.clock.now())
@@ -158,7 +158,7 @@ def test_hit_accounting_is_exact_and_the_next_turn_adopts_its_sequence(engine):
     while loop.scheduler.has_work:
         loop.step()
     assert sorted(p for p in engine.cached_kv_positions() if p >= 0) == [first.num_tokens - 2]
-    again = Request(first.token_ids + engine.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
+    again = Request(first.token_ids + engine.tokenizer.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
     loop.scheduler.add(again, loop.clock.now())
     while loop.scheduler.has_work:
         loop.step()
@@ -176,8 +176,8 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
     # Continuous would give the resent conversation, with less left to compute, the budget first.
     loop = make_loop(engine, num_lanes=2, prefill_chunk=16, policy="priority")
     scheduler = loop.scheduler
-    system = engine.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-    first = Request(system + engine.tokenize("alpha", add_special=False), greedy(5), agent="a")
+    system = engine.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+    first = Request(system + engine.tokenizer.tokenize("alpha", add_special=False), greedy(5), agent="a")
     scheduler.add(first, loop.clock.now())
     while scheduler.has_work:
         loop.step()
@@ -185,9 +185,9 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
     assert entry is not None
     # A long unrelated prompt of a higher priority is admitted first and takes the whole prefill
     # budget for a few steps.
-    blocker = Request([engine.vocab.bos] + engine.tokenize("hello world " * 10, add_special=False), greedy(3),
+    blocker = Request([engine.vocab.bos] + engine.tokenizer.tokenize("hello world " * 10, add_special=False), greedy(3),
                       priority=-1)
-    again = Request(first.token_ids + engine.tokenize("tool ok", add_special=False), greedy(8), agent="a")
+    again = Request(first.token_ids + engine.tokenizer.tokenize("tool ok", add_special=False), greedy(8), agent="a")
     scheduler.add(blocker, loop.clock.now())
     scheduler.add(again, loop.clock.now())
     loop.step()
@@ -207,8 +207,8 @@ def test_a_request_whose_cached_prefix_was_evicted_after_admission_still_complet
 
 def test_a_prefix_op_with_a_missing_source_fails_only_its_destination(engine):
     ghost = Request([1, 2, 3])
-    victim = Request(engine.tokenize("hello world, what is this about the model"), greedy(2))
-    good = Request(engine.tokenize("we will do it"), greedy(2))
+    victim = Request(engine.tokenizer.tokenize("hello world, what is this about the model"), greedy(2))
+    good = Request(engine.tokenizer.tokenize("we will do it"), greedy(2))
     n = 4
     plan = StepPlan(
         rows=[Row(victim, RowKind.PREFILL, n, victim.token_ids[n:], True),
@@ -224,20 +224,20 @@ def test_split_kv_next_turn_takes_over_its_own_stream(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
-        system = split.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
-        first = Request(system + split.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
+        system = split.tokenizer.tokenize(system_text(SYSTEM_TOKENS))[:SYSTEM_TOKENS]
+        first = Request(system + split.tokenizer.tokenize("alpha beta", add_special=False), greedy(6), agent="a")
         scheduler.add(first, loop.clock.now())
         loop.step()
-        stream = split._lanes[first.request_id].seq_id
+        stream = split._sequences.lanes[first.request_id].seq_id
         while scheduler.has_work:
             loop.step()
         loop.step()
         assert split.cached_kv_positions() == [first.num_tokens - 2, -1]
         assert split.lane_kv_positions() == [-1, -1]
-        again = Request(first.token_ids + split.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
+        again = Request(first.token_ids + split.tokenizer.tokenize("tool says ok", add_special=False), greedy(6), agent="a")
         scheduler.add(again, loop.clock.now())
         loop.step()
-        assert split._lanes[again.request_id].seq_id == stream
+        assert split._sequences.lanes[again.request_id].seq_id == stream
         assert again.num_cached_tokens == first.num_tokens - 1
         while scheduler.has_work:
             loop.step()
@@ -251,7 +251,7 @@ def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_mod
     with LlamaEngine(arch_model_path, max_lanes=2, n_ctx=1024, n_batch=256, kv_unified=False) as split:
         loop = make_loop(split, num_lanes=2)
         scheduler = loop.scheduler
-        done = [Request(split.tokenize(f"agent {i} reads the failing test and the parser"), greedy(4), agent=f"a{i}")
+        done = [Request(split.tokenizer.tokenize(f"agent {i} reads the failing test and the parser"), greedy(4), agent=f"a{i}")
                 for i in range(2)]
         for request in done:
             scheduler.add(request, loop.clock.now())
@@ -260,7 +260,7 @@ def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_mod
         loop.step()
         assert len(scheduler.prefix_cache) == 2 and all(p >= 0 for p in split.cached_kv_positions())
         # Both ids hold cached sequences; two unrelated prompts still get lanes and finish.
-        fresh = [Request(split.tokenize(f"zeta {i} omega"), greedy(5)) for i in range(2)]
+        fresh = [Request(split.tokenizer.tokenize(f"zeta {i} omega"), greedy(5)) for i in range(2)]
         for request in fresh:
             scheduler.add(request, loop.clock.now())
         while scheduler.has_work:
@@ -274,23 +274,23 @@ def test_split_kv_evicts_a_cached_stream_before_a_new_lane_needs_its_id(arch_mod
 
 def test_split_kv_copies_a_prefix_into_another_stream(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=3, n_ctx=1536, n_batch=256, kv_unified=False) as split:
-        prompt = split.tokenize("hello world, what is this about the model and the parser")
+        prompt = split.tokenizer.tokenize("hello world, what is this about the model and the parser")
         n = 6
         source = Request(list(prompt), greedy(2))
         # A hybrid model's state is copied through a checkpoint at n, as the scheduler marks one there.
         split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, 0, prompt[:n], False, checkpoint=True)]))
         split.step(StepPlan(rows=[Row(source, RowKind.PREFILL, n, prompt[n:], True)]))
-        tail = split.tokenize(" and then the tests", add_special=False)
+        tail = split.tokenizer.tokenize(" and then the tests", add_special=False)
         dest = Request(prompt[:n] + tail, greedy(2))
         result = split.step(StepPlan(rows=[Row(dest, RowKind.PREFILL, n, dest.token_ids[n:], True)],
                                      prefix_ops=[PrefixOp(PrefixOpKind.COPY, source, dest, n)]))
         assert not result.errors and not result.refused
-        streams = {rid: lane.seq_id for rid, lane in split._lanes.items()}
+        streams = {rid: lane.seq_id for rid, lane in split._sequences.lanes.items()}
         positions = split.lane_kv_positions()
         assert streams[source.request_id] != streams[dest.request_id]
         assert positions[streams[source.request_id]] == len(prompt) - 1
         assert positions[streams[dest.request_id]] == dest.num_tokens - 1
-        assert split._memory.mismatches() == {}
+        assert split._context.memory.mismatches() == {}
         copied = result.samples[dest.request_id].token
         split.step(StepPlan(release=[source, dest]))
         fresh = Request(list(dest.token_ids), greedy(2))
@@ -305,14 +305,14 @@ def test_split_kv_keeps_the_ids_in_use_within_the_width(arch_model_path):
     # must not push live lanes onto ids past a gap, which would cut every step into several ubatches.
     with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
         used: set[int] = set()
-        fill = split._fill_batch
+        fill = split._runner._fill_batch
 
         def recording(rows):
             out = fill(rows)
-            used.update(split._batch.seq_id[i][0] for i in range(split._batch.n_tokens))
+            used.update(split._context.tokens.batch.seq_id[i][0] for i in range(split._context.tokens.batch.n_tokens))
             return out
 
-        split._fill_batch = recording
+        split._runner._fill_batch = recording
         loop = make_loop(split, num_lanes=4)
         requests = []
         for wave in range(4):

@@ -15,7 +15,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import RowKind
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.llama.prefix_files import SUFFIX, PrefixStoreOptions
+from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixStoreOptions
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_loop import EngineLoop
 from swarm_panel.runtime.workloads.workload import system_text
@@ -36,9 +36,9 @@ def open_engine(path, store: PrefixStoreOptions | None, unified: bool = True) ->
 
 def chat(engine, task: str, system: str | None = None) -> list[int]:
     """A chat-shaped prompt: a long system head (ending at its first end-of-turn token), then a task."""
-    text = engine.apply_chat_template([{"role": "system", "content": system or system_text(200)},
+    text = engine.tokenizer.apply_chat_template([{"role": "system", "content": system or system_text(200)},
                                        {"role": "user", "content": task}])
-    return engine.tokenize(text)
+    return engine.tokenizer.tokenize(text)
 
 
 def head_length(engine, prompt: list[int]) -> int:

@@ -149,7 +149,7 @@ def test_the_q4_k_m_file_loads_tokenizes_the_demo_words_and_decodes(small_q4_k_m
         facts = engine.describe()
         assert (facts["architecture"], facts["n_vocab"]) == ("qwen35", 2048)
         assert facts["n_params"] == parameter_count(SMALL)
-        prompt = engine.tokenize("the agent can call a tool")
+        prompt = engine.tokenizer.tokenize("the agent can call a tool")
         assert max(prompt) < natural and len(prompt) <= 8  # whole words, no filler
         request = Request(prompt, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
         row = Row(request, RowKind.PREFILL, 0, list(prompt), True)

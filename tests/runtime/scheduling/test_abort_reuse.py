@@ -52,7 +52,7 @@ def run(engine, prompt: list[int], n: int, **config) -> Request:
 
 @pytest.mark.parametrize("cut", ["mid-prefill", "mid-decode"])
 def test_a_resent_prompt_resumes_after_a_hang_up_with_the_fresh_tokens(engine, cut):
-    prompt = engine.tokenize(system_text(PROMPT))[:PROMPT]
+    prompt = engine.tokenizer.tokenize(system_text(PROMPT))[:PROMPT]
     expected = run(engine, prompt, 12, prefix_cache=False).output_token_ids
     loop = make_loop(engine)
     first = Request(list(prompt), greedy(12))

@@ -29,7 +29,7 @@ class Recorder:
         self.engine = engine
         self.plans = []
         for name in ("name", "kv_capacity", "max_context", "max_step_tokens", "max_lanes", "max_cached_sequences",
-                     "piece"):
+                     "piece", "caps"):
             setattr(self, name, getattr(engine, name))
 
     def step(self, plan):

@@ -14,9 +14,11 @@ import pytest
 
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineError
+from swarm_panel.runtime.core.engine import EngineError, RelayoutKind
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.engine import LlamaEngine, ModelLoadError
+from swarm_panel.runtime.llama import context
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.model import ModelLoadError
 from swarm_panel.runtime.serving.engine_thread import EngineThread
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
@@ -38,7 +40,7 @@ def _service(model_path, **overrides) -> SwarmService:
 
 def _long_prompt(service: SwarmService, tokens: int) -> str:
     words, text = 1, "lane"
-    while len(service.engine.tokenize(text)) < tokens:
+    while len(service.engine.tokenizer.tokenize(text)) < tokens:
         words *= 2
         text = " ".join(["lane"] * words)
     return text
@@ -146,11 +148,11 @@ def test_only_a_defaulted_layout_widens(tiny_model_path):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, flash_attn="off") as engine:
         assert engine.caps.widens_to == 0
         with pytest.raises(EngineError):
-            engine.widen("a test")
+            engine.relayout(RelayoutKind.WIDEN, "a test")
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
                      flash_attn="off") as engine:
         assert (engine.caps.max_context, engine.caps.widens_to, engine.caps.consecutive_ids) == (4096, 8192, True)
-        engine.widen("a test")
+        engine.relayout(RelayoutKind.WIDEN, "a test")
         caps = engine.caps
         assert (caps.max_context, caps.widens_to, caps.consecutive_ids) == (8192, 0, False)
         assert caps.max_cached_sequences == 2 and caps.parked is not None
@@ -163,15 +165,14 @@ def test_a_widening_llama_cpp_cannot_make_keeps_split_and_fails_only_the_long_re
     service = _service(tiny_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=60) as client:
-        engine = service.engine
-        make = engine._new_context
+        make = context.new_context
 
-        def refuse_unified(n_seq_max, n_ctx, n_batch):
-            if engine.kv_unified:
+        def refuse_unified(model, settings, layout, n_threads):
+            if layout.kv_unified:
                 raise ModelLoadError("cannot load model with n_ctx=8192: out of device memory (test)")
-            return make(n_seq_max, n_ctx, n_batch)
+            return make(model, settings, layout, n_threads)
 
-        monkeypatch.setattr(engine, "_new_context", refuse_unified)
+        monkeypatch.setattr(context, "new_context", refuse_unified)
         expected = _greedy(client, SHORT, 40)
         with pytest.raises(openai.BadRequestError) as caught:
             _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
@@ -188,16 +189,16 @@ def test_a_widened_layout_narrows_back_and_can_widen_again(tiny_model_path):
                      flash_attn="off") as engine:
         assert engine.caps.narrows_to == 0
         with pytest.raises(EngineError):
-            engine.narrow("a test")
-        engine.widen("a test")
+            engine.relayout(RelayoutKind.NARROW, "a test")
+        engine.relayout(RelayoutKind.WIDEN, "a test")
         assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)
-        engine.narrow("after a test")
+        engine.relayout(RelayoutKind.NARROW, "after a test")
         caps = engine.caps
         assert (caps.max_context, caps.widens_to, caps.narrows_to, caps.consecutive_ids) == (4096, 8192, 0, True)
         # Split again: finished sequences stay in their streams, and go to host RAM only when evicted.
         assert caps.max_cached_sequences == 2 and caps.parks_evicted and not engine.parks_cached
         assert engine.describe()["kv_layout"] == "split KV (4096 tokens a lane; back from unified after a test)"
-        engine.widen("another test")
+        engine.relayout(RelayoutKind.WIDEN, "another test")
         assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)
 
 

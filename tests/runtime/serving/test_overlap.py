@@ -43,7 +43,7 @@ def run(engine: LlamaEngine, overlap: bool, sampling: list[SamplingParams]):
     loop.on_stats = lambda stats: stats_inside.append(watched.inside)
     requests = []
     for prompt, s in zip(PROMPTS, sampling):
-        request = Request(engine.tokenize(prompt), s)
+        request = Request(engine.tokenizer.tokenize(prompt), s)
         log = seen.setdefault(request.request_id, [])
         request.listener = (lambda out, log=log: log.append((list(out.token_ids), out.finished, watched.inside)))
         requests.append(request)
@@ -74,7 +74,7 @@ def test_an_abort_comes_after_the_outputs_held_for_the_request(tiny_model_path):
         loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=2), engine), engine, RealClock(),
                           overlap=True)
         got = []
-        request = Request(engine.tokenize("hello world"), SamplingParams(max_tokens=50, temperature=0.0,
+        request = Request(engine.tokenizer.tokenize("hello world"), SamplingParams(max_tokens=50, temperature=0.0,
                                                                          ignore_eos=True))
         request.listener = got.append
         loop.scheduler.add(request, loop.clock.now())

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import RelayoutKind
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning import flash_attn_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower, distinct_tokens
@@ -160,15 +161,15 @@ def test_a_widened_pool_runs_flash_attention_and_narrowing_brings_the_split_kern
     turns to flash attention while widened, and back to the split layout's own (with its reason) after."""
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True, flash_attn="off",
                      flash_attn_reason="off: the probe's", attention_curve=CURVE) as engine:
-        engine.widen("a test")
+        engine.relayout(RelayoutKind.WIDEN, "a test")
         assert engine.flash_attn == "on" and engine.caps.narrows_to == 4096
         assert engine.describe()["flash_attn_reason"].startswith("on: the KV widened to one pool")
-        engine.narrow("after a test")
+        engine.relayout(RelayoutKind.NARROW, "after a test")
         assert (engine.flash_attn, engine.describe()["flash_attn_reason"]) == ("off", "off: the probe's")
     # A kernel chosen by setting has no curve: it is kept whatever the layout.
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
                      flash_attn="off") as engine:
-        engine.widen("a test")
+        engine.relayout(RelayoutKind.WIDEN, "a test")
         assert engine.flash_attn == "off"
 
 

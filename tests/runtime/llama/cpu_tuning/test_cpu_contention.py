@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import CpuClock, ThreadGovernor
-from swarm_panel.runtime.llama.engine import LlamaEngine, default_threads
+from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.model import default_threads
 from swarm_panel.ui.shell.status_bar import threads_note
 from tests.app.server.test_server_common import running, settings
 from tests.runtime.llama.test_llama_engine import run
@@ -143,7 +144,7 @@ def test_the_clock_tells_other_processes_time_from_our_own():
 @linux_only
 def test_a_cpu_run_leaves_a_busy_core_to_its_neighbour_and_keeps_its_tokens(arch_model_path):
     def generate(engine: LlamaEngine) -> list[list[int]]:
-        requests = [Request(engine.tokenize(p), SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+        requests = [Request(engine.tokenizer.tokenize(p), SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
                     for p in ("the agent can call a tool", "hello world", "what is this")]
         run(engine, requests)
         return [r.output_token_ids for r in requests]

@@ -96,7 +96,7 @@ class Recorded(CallCost):
 
 def test_the_fit_sees_each_decode_call_as_llama_cpp_cuts_it_and_no_call_that_carries_a_prompt(tiny_model_path):
     with LlamaEngine(tiny_model_path, max_lanes=4, n_ctx=4 * 1024, n_batch=512, kv_unified=False) as engine:
-        engine.call_cost = recorded = Recorded()
+        engine._context.call_cost = recorded = Recorded()
         # 2 steps that prefill (unseen), then 2 decode steps: 8 tokens to ids 0, 1 and 3, 420 to id 2.
         run(engine, prompts(engine), steps=3, staggered=False)
         assert recorded.seen == [(1, 4, 4 * 512), (1, 4, 4 * 512)]

@@ -38,9 +38,9 @@ def test_an_offloaded_engine_starts_no_probe_and_runs_no_cpu_mechanism(offloadin
         facts = engine.describe()
         assert "no CPU probe" in facts["extra_buffers_reason"] and "no CPU probe" in facts["flash_attn_reason"]
         assert facts["threads_follow_contention"] is False
-        assert engine.call_cost is None and engine.attention_follower() is None
+        assert engine.call_cost is None and engine.caps.attention is None
         assert engine.caps.attention_bound_prefill is False
-        requests = [Request(engine.tokenize(p), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
+        requests = [Request(engine.tokenizer.tokenize(p), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
                     for p in ("hello world", "the agent can call a tool")]
         run(engine, requests)
         assert all(len(r.output_token_ids) == 8 for r in requests)

@@ -1,4 +1,4 @@
-"""Stored prefixes on disk: a file each, beside the engine's other cached verdicts, within a byte budget.
+"""Stored prefixes on disk (runtime.reuse.stored): a file each, beside the engine's other cached verdicts, within a byte budget.
 
 The folder is platformdirs' user cache path for "swarm-panel" (XDG_CACHE_HOME on Linux), under
 `prefix-store/`, one subfolder per key: a sha256 of the facts a saved llama.cpp sequence state is valid
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
 import numpy as np
 import platformdirs
 
@@ -56,7 +55,7 @@ LOST = "prefixes will be recomputed after a restart"
 
 @dataclass(frozen=True, slots=True)
 class PrefixStoreOptions:
-    """What the llama engine's prefix store may hold (runtime.core.prefix_store)."""
+    """What the llama engine's prefix store may hold (runtime.reuse.stored)."""
 
     ram_budget_bytes: int
     disk_budget_bytes: int
@@ -70,7 +69,7 @@ def default_root() -> Path:
 
 
 def state_facts(model_identity: str, memory_kind: str, kv_type: str, flash_attn: str | bool,
-                n_stream: int) -> dict[str, Any]:
+                n_stream: int, build: str) -> dict[str, Any]:
     """What `llama_state_seq_set_data` needs to match. The model (layer count and row sizes), the memory
     kind (a hybrid's state adds the recurrent part), the KV types (checked per layer), V's transposition
     (flash attention off transposes it; checked), and the context's stream count (1 unified, one per
@@ -78,7 +77,35 @@ def state_facts(model_identity: str, memory_kind: str, kv_type: str, flash_attn:
     cells enough, and one without them refuses it. The llama.cpp build, since the state's layout is
     its own and unversioned."""
     return {"model": model_identity, "memory": memory_kind, "kv_type": kv_type, "flash_attn": str(flash_attn),
-            "n_stream": n_stream, "llama_cpp": llama_cpp.__version__}
+            "n_stream": n_stream, "llama_cpp": build}
+
+
+# A model file's identity (`model_identity`) reads its head and samples of its body.
+HEAD_BYTES = 8 << 20
+SAMPLE_BYTES = 1 << 20
+SAMPLES = 16
+
+
+def model_identity(path: str | os.PathLike[str]) -> str:
+    """A model file's identity, whatever its path: what a saved llama.cpp state is only valid for.
+
+    The same weights copied or moved keep their identity; another file of the same architecture (a
+    fine-tune, another quantization) gets another. Hashing a whole multi-GB file would cost seconds at
+    every load, and a GGUF's header alone is shared by fine-tunes of one base. So the identity is a
+    sha256 of the size, the first 8 MiB (the header and the first tensors) and 1 MiB at each of 16
+    evenly spaced offsets and at the end: every tensor of a fine-tune differs, so a sample finds it, and
+    it reads about 32 MiB at most."""
+    size = Path(path).stat().st_size
+    digest = hashlib.sha256(f"gguf size {size}\n".encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(HEAD_BYTES))
+        if size > HEAD_BYTES:
+            for i in range(1, SAMPLES + 1):
+                f.seek(max(HEAD_BYTES, size * i // (SAMPLES + 1) - SAMPLE_BYTES // 2))
+                digest.update(f.read(SAMPLE_BYTES))
+            f.seek(max(size - SAMPLE_BYTES, 0))
+            digest.update(f.read(SAMPLE_BYTES))
+    return digest.hexdigest()
 
 
 def _name(tokens: np.ndarray) -> str:
@@ -86,7 +113,7 @@ def _name(tokens: np.ndarray) -> str:
 
 
 class PrefixFiles:
-    """A runtime.core.prefix_store.PrefixBacking in one key's folder; `close` waits for queued writes."""
+    """A runtime.reuse.stored.PrefixBacking in one key's folder; `close` waits for queued writes."""
 
     def __init__(self, root: Path, facts: dict[str, Any], disk_budget_bytes: int) -> None:
         self.root = root

@@ -1,4 +1,7 @@
-"""Stored prefixes: the whole state of a sequence at the end of a long shared head, kept across sessions.
+"""Stored prefixes, the tier on disk: the whole state of a sequence at the end of a long shared head,
+kept across sessions. One thing under three hats: the store of entries and their bytes (`PrefixStore`),
+where it meets prompts for the scheduler (`StoredHeads`), and the engine's side, a store per context's
+facts filled from a sequence and read back for a RESTORE op (`PrefixKeeper`).
 
 A coding harness opens every session and sub-agent with the same head (its system prompt and tool
 list: 8-21k tokens), which a CPU takes minutes to compute. The prefix cache (runtime.reuse.prefix_cache)
@@ -10,7 +13,7 @@ hand the head on exactly: it holds the recurrent state at the head's end.
 
 The engine owns the store and its bytes; the scheduler reads its tokens between steps (the same
 thread) to plan a RESTORE op (runtime.scheduling.prefix_planner). The bytes stay in RAM within a
-budget, least recently used out first; a backing (runtime.llama.prefix_files: a file each) keeps them
+budget, least recently used out first; a backing (runtime.reuse.stored_files: a file each) keeps them
 past RAM and past the process, and gives them back when a request needs them again. An entry is never
 consumed by its use: the next session reuses it too.
 """
@@ -19,13 +22,25 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from swarm_panel.runtime.core.checkpoints import Key, prefix_key
+from swarm_panel.runtime.core.request import Request
+from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, Match, as_tokens, common_prefix_len
+from swarm_panel.runtime.reuse.resume import head_ends, turn_end_array
+from swarm_panel.runtime.reuse.stored_files import (
+    PrefixFiles,
+    PrefixStoreOptions,
+    default_root,
+    model_identity,
+    state_facts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +164,98 @@ class PrefixStore:
             entry.data = None
             self.num_bytes -= entry.nbytes
         self._entries.pop(prefix_key(entry.tokens), None)
+
+
+# ----- where stored prefixes meet prompts (the scheduler's side) -----
+# The prefix planner (runtime.scheduling.prefix_planner) asks both: a stored prefix is the third place a
+# prompt's prefix can come from, after live and cached sequences, and wins only where it holds more.
+
+
+class StoredHeads:
+    def __init__(self, store: PrefixStore, turn_end_tokens: frozenset[int]) -> None:
+        self.store = store
+        self._turn_ends = turn_end_array(turn_end_tokens)
+
+    def longest(self, tokens: np.ndarray, limit: int, resume: Callable[[int, int], int] | None) -> Match | None:
+        """The stored prefix sharing the most of `tokens` (at most `limit`), compared token by token.
+
+        A restore copies the whole stored state and cuts it back, so a prefix is offered only where at
+        least half of it is used; `resume(n, held)` cuts a match back to where a hybrid can resume."""
+        best: Match | None = None
+        for entry in self.store:
+            n = min(common_prefix_len(tokens, entry.tokens), limit)
+            if resume is not None and n >= MIN_MATCH_TOKENS:
+                n = resume(n, entry.num_tokens)
+            if n >= MIN_MATCH_TOKENS and 2 * n >= entry.num_tokens and (best is None or n > best.num_tokens):
+                best = Match(entry, n)
+        return best
+
+    def store_at(self, request: Request, start: int, end: int) -> int | None:
+        """The end of the prompt's head where a chunk over [start, end) should stop so that the engine
+        stores it: a head of at least the store's min_tokens, not stored yet; None where there is none."""
+        for boundary in head_ends(request, self._turn_ends):
+            if (start < boundary <= end and boundary >= self.store.min_tokens
+                    and not self.store.has(as_tokens(request.token_ids[:boundary]))):
+                return boundary
+        return None
+
+
+class StoredPrefixGone(RuntimeError):
+    """A stored prefix a RESTORE op names is not the request's, or its bytes are gone or damaged."""
+
+
+class PrefixKeeper:
+    """The engine's stored prefixes: a store for the context it has, filled after the rows marked
+    `store_prefix`, read by RESTORE ops, backed by files (runtime.reuse.stored_files).
+
+    A saved sequence state restores only into a context with the same facts (stored_files.state_facts):
+    a relayout that changes them (split KV widened to unified, another attention kernel) gets the store
+    of the new facts, indexed from its folder; the old one's entries stay on disk for when it comes back.
+    """
+
+    def __init__(self, options: PrefixStoreOptions, model_path: str | os.PathLike[str], build: str) -> None:
+        self.options = options
+        self.root = options.root or default_root()
+        self._identity = model_identity(model_path)
+        # The llama.cpp build: a saved state's layout is its own and unversioned.
+        self._build = build
+        self._files: PrefixFiles | None = None
+        self.store: PrefixStore | None = None
+
+    def open(self, memory_kind: str, kv_type: str, flash_attn: str | bool, n_stream: int) -> PrefixStore:
+        """The store for a context with these facts: the one held where they are the same."""
+        facts = state_facts(self._identity, memory_kind, kv_type, flash_attn, n_stream, self._build)
+        if self.store is not None and self._files is not None and self._files.facts == facts:
+            return self.store
+        self.close()
+        files = self._files = PrefixFiles(self.root, facts, self.options.disk_budget_bytes)
+        store = self.store = PrefixStore(self.options.ram_budget_bytes, self.options.min_tokens, files)
+        for tokens, nbytes in files.index():
+            store.add_known(tokens, nbytes)
+        return store
+
+    def keep(self, tokens: list[int], save: Callable[[], ctypes.Array | None]) -> None:
+        """Stores the state `save` gives (a sequence's whole state, which has seen exactly `tokens`),
+        unless it is stored; `save` gives None where the memory refused it."""
+        key = np.asarray(tokens, dtype=np.int64)
+        if self.store.has(key):
+            return
+        data = save()
+        if data is None:
+            return
+        self.store.put(key, data)
+        log.info("stored a prefix of %d tokens (%d bytes)", len(tokens), len(data))
+
+    def state(self, entry: StoredPrefix, tokens: list[int], n: int) -> ctypes.Array:
+        """The stored state a request whose prompt is `tokens` starts from, its first n tokens compared."""
+        if not 0 < n <= entry.num_tokens or not np.array_equal(entry.tokens[:n], np.asarray(tokens[:n])):
+            raise StoredPrefixGone(f"the stored prefix of {entry.num_tokens} tokens is not the request's first {n}")
+        data = self.store.state(entry)
+        if data is None:
+            raise StoredPrefixGone(f"the stored prefix of {entry.num_tokens} tokens is gone or damaged")
+        return data
+
+    def close(self) -> None:
+        """Waits for the queued writes."""
+        if self._files is not None:
+            self._files.close()

@@ -1,0 +1,131 @@
+"""The loaded weights and what they say of themselves: vocabulary, chat template and facts; contexts
+are made on them (runtime.llama.context), and a tokenizer view for other threads (`tokenizer`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from swarm_panel.runtime.core.engine import EngineLoadError
+from swarm_panel.runtime.core.progress import Progress
+from swarm_panel.runtime.llama.devices import idle_gpu_backends, offload_devices
+from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
+from swarm_panel.runtime.llama.memory import memory_kind
+from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
+from swarm_panel.runtime.llama.vocab import LlamaVocab
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(EngineLoadError):
+    """The model file is missing, unreadable or not a model llama.cpp can run with these settings."""
+
+
+def on_cpu(n_gpu_layers: int) -> bool:
+    return n_gpu_layers == 0 or not llama_cpp.llama_supports_gpu_offload()
+
+
+def default_threads(n_gpu_layers: int, leave_a_core: bool = False) -> int:
+    """On the CPU, every core, or every core but one beside a desktop panel: llama.cpp's thread barriers
+    stall whenever another thread (the panel's painting) takes one of its cores. With GPU offload,
+    llama.cpp's own default."""
+    if not on_cpu(n_gpu_layers):
+        return llama_cpp.llama_context_default_params().n_threads
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1) if leave_a_core else cores
+
+
+def device_name(n_gpu_layers: int) -> str:
+    if on_cpu(n_gpu_layers):
+        idle = idle_gpu_backends()
+        return f"CPU (this {', '.join(idle)} build found no device)" if idle else "CPU"
+    devices = offload_devices()
+    return devices[0].line() if devices else "GPU"
+
+
+class LlamaModel:
+    """One model file's weights, loaded once; the engine's contexts come and go on them."""
+
+    def __init__(self, path: Path, n_gpu_layers: int, extra_buffers: bool, progress: Progress) -> None:
+        self.path = path
+        self.ptr = _load(path, n_gpu_layers, extra_buffers, progress)
+        try:
+            self.memory_kind = memory_kind(self.ptr)
+            # The engine thread's: its piece cache and buffer are written as tokens are sampled.
+            self.vocab = LlamaVocab(self.ptr)
+            self.chat_template = chat_template(self.ptr)
+            # The GGUF's own facts, fixed for the model's life.
+            self.info: dict[str, Any] = model_facts(self.ptr, path)
+        except BaseException:
+            self.close()
+            raise
+
+    def tokenizer(self) -> LlamaTokenizer:
+        return LlamaTokenizer(self)
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class LlamaTokenizer:
+    """Text and tokens for the HTTP loop's thread, with a vocabulary object of its own. llama.cpp's
+    tokenize, detokenize and token_to_piece are const reads of the model's vocabulary (each call keeps
+    its own session: src/llama-vocab.cpp), so they may run while another thread decodes."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self._vocab = LlamaVocab(model.ptr)
+        self.chat_template = model.chat_template
+        self._formatters: dict[bool, Jinja2ChatFormatter] = {}
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self._vocab.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self._vocab.detokenize(tokens)
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Render messages with the GGUF's own template (ChatML when the file has none)."""
+        formatter = self._formatters.get(add_generation_prompt)
+        if formatter is None:
+            formatter = self._formatters[add_generation_prompt] = Jinja2ChatFormatter(
+                self.chat_template or CHAT_TEMPLATE,
+                eos_token=self._vocab.token_text(self._vocab.eos),
+                bos_token=self._vocab.token_text(self._vocab.bos),
+                add_generation_prompt=add_generation_prompt,
+            )
+        return formatter(messages=messages, tools=tools).prompt
+
+
+def _load(path: Path, n_gpu_layers: int, extra_buffers: bool, progress: Progress) -> llama_cpp.llama_model_p:
+    if not path.is_file():
+        raise ModelLoadError(f"cannot load model {path}: no such file")
+    ensure_backend()
+    take_recent_problems()
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    params.use_extra_bufts = extra_buffers
+    stage = f"loading the weights of {path.name}"
+    progress(stage, 0.0)
+    # Kept referenced until the load returns: llama.cpp calls it from inside the load.
+    report = llama_cpp.llama_progress_callback(lambda done, _: progress(stage, float(done)) or True)
+    params.progress_callback = report
+    model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
+    if not model:
+        reason = "; ".join(take_recent_problems()) or "llama.cpp rejected the file"
+        raise ModelLoadError(f"cannot load model {path}: {reason}")
+    return model
