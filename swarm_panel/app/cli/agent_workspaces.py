@@ -11,10 +11,10 @@ import argparse
 import sys
 
 from swarm_panel.app.fence.choose import detect
-from swarm_panel.app.workspace.changes import changes, diff_text
+from swarm_panel.app.workspace.changes import Changes, changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
-from swarm_panel.app.workspace.records import COPY, Workspace, all_workspaces, default_root, find
+from swarm_panel.app.workspace.records import COPY, all_workspaces, default_root, find
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -39,16 +39,20 @@ def print_workspaces() -> None:
     print(f"\nfence: {fence.describe()}")
     print(f"agent workspaces kept in {default_root()}: {len(kept) or 'none'}")
     for ws in kept:
-        print(f"{ws.name:<16} {ws.state():<12} {_changes(ws):<22} {ws.branch} from {ws.target}"
-              f"{' (a copy)' if ws.mode == COPY else ''}")
+        try:
+            found: Changes | None = changes(ws)
+        except WorkspaceError as exc:
+            found, why = None, str(exc)
+        print(f"{ws.name:<16} {ws.state():<12} {found.summary() if found else '-':<22} {ws.branch} from "
+              f"{ws.target}{' (a copy)' if ws.mode == COPY else ''}")
         print(f"{'':<16} {ws.folder}")
-
-
-def _changes(ws: Workspace) -> str:
-    try:
-        return changes(ws).summary()
-    except WorkspaceError:
-        return "-"
+        if found is None:
+            print(f"{'':<16} cannot read its changes: {why}")
+            continue
+        if found.moved_on or not found.final:
+            print(f"{'':<16} {'tree moved on after its snapshot: Apply refuses it' if found.moved_on else 'live tree, not final'}")
+        for change in found.flagged:
+            print(f"{'':<16} ! {change.shown()}: {', '.join(change.flags)}")
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -58,7 +62,8 @@ def run_diff(args: argparse.Namespace) -> int:
         for change in found.files:
             added = "-" if change.added is None else change.added
             removed = "-" if change.removed is None else change.removed
-            print(f"{change.status:<9} +{added:<6} -{removed:<6} {change.path}")
+            flagged = f"  ! {', '.join(change.flags)}" if change.flags else ""
+            print(f"{change.status:<9} +{added:<6} -{removed:<6} {change.shown()}{flagged}")
         print(found.summary())
     else:
         sys.stdout.write(diff_text(ws))
