@@ -50,8 +50,7 @@ def safe_args() -> list[str]:
 def run(ws: Workspace, *args: str, tree: bool = False, index: Path | None = None, check: bool = True,
         text: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
     """git on the workspace's own git folder; the tree is its work tree only where `tree` asks for it."""
-    if not ws.git_dir.is_dir():
-        adopt(ws)
+    ensure(ws)
     env = {key: value for key, value in os.environ.items() if key not in REDIRECTS}
     env |= QUIET | {"GIT_DIR": str(ws.git_dir), "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1",
                     "GIT_INDEX_FILE": str(index or ws.git_dir / INDEX)}
@@ -93,9 +92,11 @@ def make(ws: Workspace, object_format: str = "sha1", excludes: Path | None = Non
         shutil.copyfile(excludes, info / "exclude")
 
 
-def adopt(ws: Workspace) -> None:
-    """A git folder for a worktree recorded before workspaces had one; a copy's old repository lies inside
-    the tree its agent could write, so it cannot be read safely."""
+def ensure(ws: Workspace) -> None:
+    """Its git folder, made for a worktree recorded before workspaces had one; a copy's old repository lies
+    inside the tree its agent could write, so it cannot be read safely."""
+    if ws.git_dir.is_dir():
+        return
     if ws.mode == COPY:
         raise WorkspaceError(f"agent {ws.name}'s copy was made by an older swarm-panel, whose repository lies in "
                              f"the copy itself ({ws.tree / '.git'}), where the agent could rewrite it: compare "
@@ -118,6 +119,7 @@ def live_tree(ws: Workspace) -> str:
     if not ws.tree.is_dir():
         raise WorkspaceError(f"agent {ws.name}'s worktree {ws.tree} is gone; discard it (`swarm-panel agents "
                              f"discard {ws.name}`)")
+    ensure(ws)
     fd, scratch = tempfile.mkstemp(dir=ws.git_dir, prefix="index-", suffix=".swarm-panel")
     os.close(fd)
     index = Path(scratch)

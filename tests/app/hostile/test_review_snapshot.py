@@ -82,3 +82,29 @@ def test_a_running_agent_is_reviewed_as_its_live_tree_not_final(tmp_path, capsys
     asyncio.run(scenario())
     [ended] = all_workspaces()
     assert ended.snapshot is not None and changes(ended).final
+
+
+def test_an_agent_that_ended_unwatched_is_snapshotted_when_its_diff_is_read_and_an_older_record_is_adopted(
+        tmp_path):
+    from swarm_panel.app.workspace.create import create
+    from swarm_panel.app.workspace.records import find, save
+
+    repo = _user_folder(tmp_path, "worktree")
+    ws = create(repo, "unwatched-1")  # made, then its agent ended with no launcher to take the snapshot
+    (ws.tree / "story.txt").write_text("written while nobody watched\n")
+    assert not changes(ws).final
+    with pytest.raises(WorkspaceError, match="ended with no snapshot of its tree taken: review it first"):
+        apply(ws)
+    assert diff_text(ws).startswith("# agent unwatched-1's snapshot ") and ws.snapshot is not None
+    assert find("unwatched-1").snapshot == ws.snapshot  # recorded
+
+    # A record written before workspaces had a git folder of their own: one is made on first read.
+    import shutil
+
+    shutil.rmtree(ws.git_dir)
+    ws.common = ""
+    save(ws)
+    older = find("unwatched-1")
+    assert changes(older).summary() == "1 file +1 -1" and older.git_dir.is_dir() and older.common
+    assert apply(older).how == "fast-forward"
+    assert (repo / "story.txt").read_text() == "written while nobody watched\n"
