@@ -48,7 +48,7 @@ def safe_args() -> list[str]:
 
 
 def run(ws: Workspace, *args: str, tree: bool = False, index: Path | None = None, check: bool = True,
-        text: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+        text: bool = True) -> subprocess.CompletedProcess:
     """git on the workspace's own git folder; the tree is its work tree only where `tree` asks for it."""
     ensure(ws)
     env = {key: value for key, value in os.environ.items() if key not in REDIRECTS}
@@ -61,13 +61,13 @@ def run(ws: Workspace, *args: str, tree: bool = False, index: Path | None = None
     # Its cwd is its own git folder: nothing relative resolves into the tree.
     try:
         done = subprocess.run(["git", *safe_args(), *args], cwd=ws.git_dir, capture_output=True, text=text,
-                              check=False, env=env, input=stdin,
-                              stdin=None if stdin is not None else subprocess.DEVNULL)
+                              check=False, env=env, stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         raise WorkspaceError("git is not installed: agents' worktrees need it") from exc
     if check and done.returncode != 0:
         stderr = done.stderr if text else done.stderr.decode(errors="replace")
-        raise WorkspaceError(f"git {' '.join(args[:2])} failed for agent {ws.name}: "
+        command = next(a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c"))
+        raise WorkspaceError(f"git {command} failed for agent {ws.name}: "
                              f"{stderr.strip() or done.returncode}")
     return done
 
