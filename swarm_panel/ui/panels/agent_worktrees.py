@@ -32,12 +32,13 @@ def _survey(root: Path | None) -> list[tuple[Workspace, str, Changes | None]]:
     Its tree is read as data (app.workspace.reader): nothing the agent wrote runs."""
     rows = []
     for ws in all_workspaces(root):
+        state = ws.state()  # before its changes: an agent ending meanwhile is still said to run, never kept
         try:
             found = changes(ws)
         except WorkspaceError as exc:
             log.debug("agent %s: changes unread (%s)", ws.name, exc)
             found = None
-        rows.append((ws, ws.state(), found))
+        rows.append((ws, state, found))
     return rows
 
 

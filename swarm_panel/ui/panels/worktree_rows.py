@@ -18,11 +18,16 @@ HEADER_TIPS = {"files": "files changed against the commit it started from: its s
                           "row's tooltip names them",
                "from": "the branch Apply merges it into"}
 MOVED_ON = "moved on"  # its tree changed after its snapshot: Apply refuses it
-STATE_COLOURS = {"running": theme.USEFUL, "applied": theme.MINT, "tree missing": theme.QUEUE, MOVED_ON: theme.QUEUE}
+NOT_FINAL = "not final"  # it ended with no snapshot yet: selecting it (its diff) takes one
+STATE_COLOURS = {"running": theme.USEFUL, "applied": theme.MINT, "tree missing": theme.QUEUE, MOVED_ON: theme.QUEUE,
+                 NOT_FINAL: theme.USEFUL}
 
 
 def state_of(state: str, found: Changes | None) -> str:
-    return MOVED_ON if found is not None and found.moved_on else state
+    """Its state, where its changes say more: a tree moved on, or one that ended with no snapshot read."""
+    if found is not None and found.moved_on:
+        return MOVED_ON
+    return NOT_FINAL if found is not None and not found.final and state == "kept" else state
 
 
 def cells(ws: Workspace, state: str, found: Changes | None) -> tuple[str, ...]:
