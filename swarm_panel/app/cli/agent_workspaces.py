@@ -42,11 +42,12 @@ def print_workspaces() -> None:
     print(f"\nfence: {fence.describe()}")
     print(f"agent workspaces kept in {default_root()}: {len(kept) or 'none'}")
     for ws in kept:
+        state = ws.state()  # before its changes: an agent ending meanwhile is still said to run, never kept
         try:
             found: Changes | None = changes(ws)
         except WorkspaceError as exc:
             found, why = None, str(exc)
-        print(f"{ws.name:<16} {ws.state():<12} {found.summary() if found else '-':<22} {ws.branch} from "
+        print(f"{ws.name:<16} {state:<12} {found.summary() if found else '-':<22} {ws.branch} from "
               f"{ws.target}{' (a copy)' if ws.mode == COPY else ''}")
         print(f"{'':<16} {ws.folder}")
         if found is None:
