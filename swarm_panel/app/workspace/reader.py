@@ -18,6 +18,7 @@ and encodings. So no call here lets git find a repository or read attributes in 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -26,6 +27,8 @@ from pathlib import Path
 
 from swarm_panel.app.workspace.git import QUIET, WorkspaceError, out
 from swarm_panel.app.workspace.records import COPY, Workspace, save
+
+log = logging.getLogger(__name__)
 
 # `!name` leaves an attribute unspecified, as if no .gitattributes said anything of it; info/attributes
 # is read first, so a tree's own lines cannot set them again (a macro such as `binary` included).
@@ -133,6 +136,8 @@ def live_tree(ws: Workspace) -> str:
         added = run(ws, "add", "-A", "--ignore-errors", tree=True, index=index, check=False)
         if added.returncode not in (0, 1):
             raise WorkspaceError(f"cannot read agent {ws.name}'s tree {ws.tree}: {added.stderr.strip()}")
+        if added.returncode == 1:
+            log.info("agent %s: left out of its tree's reading: %s", ws.name, added.stderr.strip())
         tree = run(ws, "write-tree", index=index).stdout.strip()
         os.replace(index, ws.git_dir / INDEX)
         return tree
