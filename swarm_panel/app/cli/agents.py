@@ -240,8 +240,8 @@ def _change_rows(run: HarnessRun) -> list[dict[str, object]] | None:
         found = changes(run.workspace) if run.workspace else None
     except WorkspaceError:
         return None
-    return None if found is None else [{"path": f.path, "status": f.status, "added": f.added, "removed": f.removed}
-                                       for f in found.files]
+    return None if found is None else [{"path": f.path, "status": f.status, "added": f.added, "removed": f.removed,
+                                        "link": f.link, "flags": list(f.flags)} for f in found.files]
 
 
 def first_turn(turns: list[RequestRecord]) -> RequestRecord | None:

@@ -39,6 +39,7 @@ from swarm_panel.app.workspace.create import create
 from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, out
 from swarm_panel.app.workspace.land import discard
 from swarm_panel.app.workspace.records import COPY, Workspace, default_root, process_start, save
+from swarm_panel.app.workspace.snapshot import snapshot
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +280,8 @@ class Launcher:
         if self.fence.kind == LANDLOCK:  # no /tmp of its own: a temp folder in its config home, gone with it
             tmp = run.home / "tmp"
             tmp.mkdir()
-        if ws.mode == COPY:  # its own .git holds the base Apply compares with: the agent may not rewrite it
-            return Walls(writable, sealed=((ws.tree / ".git", tree / ".git"),), tmp=tmp, hidden=hidden)
+        if ws.mode == COPY:  # its repository is the workspace's git folder, beside its tree: out of reach
+            return Walls(writable, tmp=tmp, hidden=hidden)
         common = Path(out(ws.tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
         return Walls(writable, readable=(common,), tmp=tmp, hidden=hidden)
 
@@ -297,6 +298,8 @@ class Launcher:
         finally:
             for reader in readers:
                 reader.cancel()
+            if run.workspace is not None:  # what review shows and Apply lands, taken before it counts as finished
+                await asyncio.to_thread(snapshot, run.workspace)
             run.ended = time.time()
             run.status = STOPPED if run.stop_asked else EXITED
             _remove(run)

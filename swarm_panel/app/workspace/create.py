@@ -6,8 +6,12 @@
   commit, so the changes would either be missing from its worktree or, stashed into its base, come back
   to the user as a commit of their own work at Apply, clashing with the same edits still in their tree.
   Untracked files are not in a worktree (they were never committed) and are not refused.
-- A folder that is no repository is copied (up to COPY_LIMIT_BYTES) and the copy made a repository whose
-  first commit is the base; Apply writes the agent's changes back into the folder.
+- A folder that is no repository is copied (up to COPY_LIMIT_BYTES); its repository, whose first commit
+  is the base, is the workspace's own git folder beside the copy, out of the agent's reach. Apply writes
+  the agent's changes back into the folder.
+
+Either way the workspace gets its own git folder (app.workspace.reader), through which the host reads the
+tree as data from then on.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import os
 import shutil
 from pathlib import Path
 
-from swarm_panel.app.workspace.git import AGENT_IDENTITY, NameTaken, WorkspaceError, changed_paths, git, ok, out
+from swarm_panel.app.workspace import reader
+from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, changed_paths, git, ok, out
 from swarm_panel.app.workspace.records import COPY, WORKTREE, Workspace, default_root, save
+from swarm_panel.app.workspace.snapshot import commit
 from swarm_panel.runtime.core.careful_write import describe
 
 log = logging.getLogger(__name__)
@@ -102,9 +108,16 @@ def _worktree(folder: Path, top: Path, name: str, root: Path) -> Workspace:
     _keep_record(ws)  # first: a crash while git works still leaves it listed
     try:
         git(top, "worktree", "add", "--quiet", "-b", branch, str(ws.tree), base)
-    except WorkspaceError:
+        ws.common = out(top, "rev-parse", "--path-format=absolute", "--git-common-dir")
+        reader.make(ws, out(top, "rev-parse", "--show-object-format"), Path(ws.common) / "info" / "exclude")
+    except (WorkspaceError, OSError) as exc:
+        git(top, "worktree", "remove", "--force", str(ws.tree), check=False)
+        git(top, "branch", "-D", branch, check=False)
         shutil.rmtree(ws.home, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise WorkspaceError(f"cannot make agent {name}'s workspace in {ws.home} ({describe(exc)})") from exc
         raise
+    save(ws)
     log.info("agent %s: worktree %s on %s from %s", name, ws.tree, branch, base[:12])
     return ws
 
@@ -115,12 +128,9 @@ def _copy(folder: Path, name: str, root: Path) -> Workspace:
     _keep_record(ws)
     try:
         shutil.copytree(folder, ws.tree, symlinks=True, copy_function=shutil.copy2, ignore=_leave_out(root.resolve()))
-        git(ws.tree, "init", "--quiet")
-        git(ws.tree, "checkout", "--quiet", "-b", ws.branch)
-        git(ws.tree, "add", "-A")
-        git(ws.tree, *AGENT_IDENTITY, "commit", "--quiet", "--no-verify", "--allow-empty", "-m",
-            f"swarm-panel: copy of {folder}")
-        ws.base = out(ws.tree, "rev-parse", "HEAD")
+        reader.make(ws)
+        ws.base = commit(ws, reader.live_tree(ws), [], f"swarm-panel: copy of {folder}")
+        reader.run(ws, "update-ref", f"refs/heads/{ws.branch}", ws.base)
     except (OSError, shutil.Error) as exc:
         shutil.rmtree(ws.home, ignore_errors=True)
         # copytree gathers each file's failure into one shutil.Error: the first one says why.

@@ -1,4 +1,5 @@
-"""One agent's workspace as kept on disk: `ROOT/NAME/workspace.json` beside its tree `ROOT/NAME/tree`.
+"""One agent's workspace as kept on disk: `ROOT/NAME/workspace.json` beside its tree `ROOT/NAME/tree` and the
+host's own git folder for it, `ROOT/NAME/git` (app.workspace.reader), which no fence lets an agent write.
 
 ROOT is platformdirs' user data folder for swarm-panel, `worktrees/` (SWARM_PANEL_WORKTREES overrides it).
 The record is written before the worktree is made and removed after it is gone, so whatever the panel or the
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RECORD = "workspace.json"
 TREE = "tree"
+GIT = "git"
 WORKTREE, COPY = "worktree", "copy"
 
 
@@ -45,6 +47,10 @@ class Workspace:
     pid_started: str | None = None  # that process's start time, so a reused pid is not taken for it
     applied: str | None = None  # the user's commit it landed as
     applied_to: str | None = None
+    # WORKTREE: the user's repository's git folder (its common dir), whose objects its reviews read.
+    common: str = ""
+    # The commit its tree was when its harness ended, on its branch: what review shows and Apply lands.
+    snapshot: str | None = None
     root: str = field(default="", compare=False)  # ROOT, not saved: the record may be read from elsewhere
 
     @property
@@ -55,6 +61,11 @@ class Workspace:
     @property
     def tree(self) -> Path:
         return self.home / TREE
+
+    @property
+    def git_dir(self) -> Path:
+        """The host's git folder for it, beside its tree: the agent can write its tree, never this."""
+        return self.home / GIT
 
     def running(self) -> bool:
         """Its harness is alive: the pid exists and started when the recorded one did."""

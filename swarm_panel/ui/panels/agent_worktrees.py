@@ -17,40 +17,29 @@ from swarm_panel.app.fence.walls import Fence
 from swarm_panel.app.workspace.changes import Changes, changes, diff_text
 from swarm_panel.app.workspace.git import WorkspaceError
 from swarm_panel.app.workspace.land import apply, discard
-from swarm_panel.app.workspace.records import COPY, Workspace, all_workspaces
+from swarm_panel.app.workspace.records import Workspace, all_workspaces
+from swarm_panel.ui.panels import worktree_rows as rows_of
 from swarm_panel.ui.toolkit import theme
 from swarm_panel.ui.toolkit.table_rows import set_row
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 2000  # a diff per agent per poll: git work, not a per-token view
-HEADERS = ("agent", "state", "files", "+", "−", "branch", "from")
-HEADER_TIPS = {"files": "files changed against the commit it started from, committed or not",
-               "+": "lines added", "−": "lines removed", "from": "the branch Apply merges it into"}
-STATE_COLOURS = {"running": theme.USEFUL, "applied": theme.MINT, "tree missing": theme.QUEUE}
 
 
 def _survey(root: Path | None) -> list[tuple[Workspace, str, Changes | None]]:
-    """Every kept workspace with its state and changes (None where they cannot be read); a worker's job."""
+    """Every kept workspace with its state and changes (None where they cannot be read); a worker's job.
+    Its tree is read as data (app.workspace.reader): nothing the agent wrote runs."""
     rows = []
     for ws in all_workspaces(root):
+        state = ws.state()  # before its changes: an agent ending meanwhile is still said to run, never kept
         try:
             found = changes(ws)
-        except WorkspaceError:
+        except WorkspaceError as exc:
+            log.debug("agent %s: changes unread (%s)", ws.name, exc)
             found = None
-        rows.append((ws, ws.state(), found))
+        rows.append((ws, state, found))
     return rows
-
-
-class DiffHighlighter(QtGui.QSyntaxHighlighter):
-    def highlightBlock(self, text: str) -> None:
-        colour = (theme.MINT if text.startswith("+") and not text.startswith("+++") else
-                  theme.QUEUE if text.startswith("-") and not text.startswith("---") else
-                  theme.USEFUL if text.startswith("@@") else None)
-        if colour is not None:
-            fmt = QtGui.QTextCharFormat()
-            fmt.setForeground(QtGui.QColor(colour))
-            self.setFormat(0, len(text), fmt)
 
 
 class AgentWorktrees(QtWidgets.QGroupBox):
@@ -80,27 +69,29 @@ class AgentWorktrees(QtWidgets.QGroupBox):
 
         self.fence_label = QtWidgets.QLabel("")
         self.fence_label.setWordWrap(True)
-        self.table = QtWidgets.QTableWidget(0, len(HEADERS))
-        self.table.setHorizontalHeaderLabels(HEADERS)
+        self.table = QtWidgets.QTableWidget(0, len(rows_of.HEADERS))
+        self.table.setHorizontalHeaderLabels(rows_of.HEADERS)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-        for column, header in enumerate(HEADERS):
-            self.table.horizontalHeaderItem(column).setToolTip(HEADER_TIPS.get(header, ""))
+        for column, header in enumerate(rows_of.HEADERS):
+            self.table.horizontalHeaderItem(column).setToolTip(rows_of.HEADER_TIPS.get(header, ""))
         self.table.itemSelectionChanged.connect(self.show_diff)
         self.diff = QtWidgets.QPlainTextEdit()
         self.diff.setReadOnly(True)
         self.diff.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
         self.diff.setStyleSheet("font-family: monospace")
         self.diff.setPlaceholderText("Select an agent to see its diff against the commit it started from.")
-        self._highlighter = DiffHighlighter(self.diff.document())
+        self._highlighter = rows_of.DiffHighlighter(self.diff.document())
         self.apply_button = QtWidgets.QPushButton("Apply")
         self.apply_button.setObjectName("primary")
-        self.apply_button.setToolTip("merge its branch into your current branch (a fast-forward or a merge commit); "
-                                     "refused, with the files named, if it conflicts: nothing is half-applied")
+        self.apply_button.setToolTip("merge its snapshot, the diff shown, into your current branch (a fast-forward "
+                                     "or a merge commit); refused, with the reason, if it conflicts, if its tree "
+                                     "changed after the snapshot, or if a link points out of its tree: nothing is "
+                                     "half-applied")
         self.apply_button.clicked.connect(self.apply_selected)
         self.discard_button = QtWidgets.QPushButton("Discard")
         self.discard_button.setToolTip("remove its worktree and its branch: its changes are lost")
@@ -194,23 +185,20 @@ class AgentWorktrees(QtWidgets.QGroupBox):
         self.table.blockSignals(True)
         self.table.setRowCount(len(rows))
         for row, (ws, state, found) in enumerate(rows):
-            values = (ws.name, state, "–" if found is None else str(len(found.files)),
-                      "–" if found is None else f"+{found.added}", "–" if found is None else f"−{found.removed}",
-                      ws.branch, ws.target + (" (a copy)" if ws.mode == COPY else ""))
-            tip = ws.folder if found is None else "\n".join(
-                f"{c.status} {c.path} +{c.added if c.added is not None else '?'} "
-                f"−{c.removed if c.removed is not None else '?'}" for c in found.files) or "no changes"
             before = ws.created < self.session_started
-            set_row(self.table, row, values, ("From an earlier session. " if before else "") + tip)
+            set_row(self.table, row, rows_of.cells(ws, state, found),
+                    ("From an earlier session. " if before else "") + rows_of.tooltip(ws, found))
             font = self.table.item(row, 0).font()
             font.setItalic(before)
             self.table.item(row, 0).setFont(font)
-            if state in STATE_COLOURS:
-                self.table.item(row, 1).setForeground(QtGui.QBrush(QtGui.QColor(STATE_COLOURS[state])))
+            shown = rows_of.state_of(state, found)
+            if shown in rows_of.STATE_COLOURS:
+                self.table.item(row, 1).setForeground(QtGui.QBrush(QtGui.QColor(rows_of.STATE_COLOURS[shown])))
             else:
                 self.table.item(row, 1).setData(QtCore.Qt.ItemDataRole.ForegroundRole, None)
             self.table.item(row, 3).setForeground(QtGui.QBrush(QtGui.QColor(theme.MINT)))
             self.table.item(row, 4).setForeground(QtGui.QBrush(QtGui.QColor(theme.QUEUE)))
+            self.table.item(row, rows_of.FLAGGED).setForeground(QtGui.QBrush(QtGui.QColor(theme.QUEUE)))
             if ws.name == chosen:
                 self.table.selectRow(row)
         self.table.blockSignals(False)

@@ -270,7 +270,8 @@ def test_a_workspace_folder_inside_the_copied_folder_is_not_copied_into_itself(t
     (folder / "a.txt").write_text("a\n")
     root = folder / ".worktrees"
     ws = create(folder, "agent-1", root)
-    assert sorted(p.name for p in ws.tree.iterdir()) == [".git", "a.txt"]
+    assert sorted(p.name for p in ws.tree.iterdir()) == ["a.txt"]  # its repository lies beside it
+    assert (ws.git_dir / "HEAD").is_file()
     assert create(folder, "agent-2", root).tree.is_dir()
 
 
