@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.fence import landlock
+from swarm_panel.app.fence import bridge, landlock, seccomp
 from swarm_panel.app.fence.choose import detect, wrap
 from swarm_panel.app.fence.program import exec_prefix
 from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence, Walls
@@ -40,6 +40,10 @@ def test_the_fence_hides_home_and_tmp_then_binds_what_the_launch_needs(tmp_path)
     # The reaper on top, bubblewrap below it, the harness last.
     prefix = [*exec_prefix(), "--supervise-only", "--parent", str(os.getpid()), "--", "/usr/bin/bwrap"]
     assert argv[:len(prefix)] == prefix and argv[-4:] == ["--", str(program), "run", "task"]
+    # The bridge its pid 1 (no other unfiltered process there), the harness through the seccomp filter.
+    filtered = seccomp.command([str(program), "run", "task"])
+    assert argv[-len(filtered):] == filtered and argv[-len(filtered) - 1] == "--"
+    assert "--as-pid-1" in argv and argv[argv.index("--chdir") + 3:-len(filtered) - 1] == bridge.command({}, [])[:-1]
     assert "--new-session" in argv
     assert pairs(argv, "--ro-bind")[0] == ("/", "/")
     assert "--unshare-net" not in argv and "--unshare-all" not in argv  # 127.0.0.1 is the host's
@@ -202,7 +206,8 @@ def test_guarantees_say_what_each_fence_holds_here_and_why(monkeypatch):
     monkeypatch.setattr(landlock, "abi", lambda: 5)
     monkeypatch.setattr(landlock, "probe_namespaces", lambda: "unshare: Operation not permitted")
     held = {g.what: g.held for g in guarantees(Fence(LANDLOCK))}
-    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree.
-    assert held[TREE] and not held[PROC] and not held[SIGNALS] and not held[ABSTRACT] and not held[NAMED_SOCKETS]
+    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree;
+    # the seccomp filter refuses every Unix socket of its own making, whatever the ABI.
+    assert held[TREE] and not held[PROC] and not held[SIGNALS] and held[ABSTRACT] and held[NAMED_SOCKETS]
     bubblewrap = {g.what: g.held for g in guarantees(Fence(BWRAP, "/usr/bin/bwrap"))}
-    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and bubblewrap[ABSTRACT]
+    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and bubblewrap[ABSTRACT] and bubblewrap[NAMED_SOCKETS]
