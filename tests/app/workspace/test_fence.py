@@ -5,6 +5,7 @@ applied for real."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -211,3 +212,20 @@ def test_guarantees_say_what_each_fence_holds_here_and_why(monkeypatch):
     assert held[TREE] and not held[PROC] and not held[SIGNALS] and held[ABSTRACT] and held[NAMED_SOCKETS]
     bubblewrap = {g.what: g.held for g in guarantees(Fence(BWRAP, "/usr/bin/bwrap"))}
     assert bubblewrap[PROC] and bubblewrap[SIGNALS] and bubblewrap[ABSTRACT] and bubblewrap[NAMED_SOCKETS]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_the_fences_top_process_ends_as_its_child_killed_by_a_signal(signal_name):
+    """A Stop's kill reaches the harness before the top process: it then ends by the same signal, SIGKILL too
+    (which no handler can be set for)."""
+    ends_as = (
+        "import os, signal\n"
+        "from swarm_panel.app.fence.reaper import exit_as\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.pause()\n"
+        f"os.kill(pid, signal.{signal_name})\n"
+        "exit_as(os.waitpid(pid, 0)[1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", ends_as], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == -getattr(signal, signal_name), done.stderr
