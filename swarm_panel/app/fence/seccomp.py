@@ -10,7 +10,9 @@ its arguments behind a pointer. Seccomp filters need Linux 3.5 with CONFIG_SECCO
 distribution builds it.
 
 `seccomp -- ARGV` applies the filter and execs ARGV: inside bubblewrap, below the bridge, which itself
-needs Unix sockets to carry the endpoint in. It exits 126 where the filter cannot be made (the harness
+needs Unix sockets to carry the endpoint in. A step of its own (one Python start more) rather than a
+preexec_fn in the bridge: the filter is made in a process with one thread and nothing else to do, and a
+failure is said on stderr with its reason before anything of the harness runs. It exits 126 where the filter cannot be made (the harness
 never runs without it), 127 where ARGV cannot be run.
 """
 
@@ -47,10 +49,10 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
 
 
-def instructions(machine: str | None = None) -> list[tuple[int, int, int, int]]:
-    """The filter for `machine` (this one's by default) as (code, jt, jf, k); ValueError for one it does not
-    know (the fence then cannot be made there)."""
-    machine = machine or platform.machine()
+def instructions() -> list[tuple[int, int, int, int]]:
+    """The filter for this machine as (code, jt, jf, k); ValueError for one it has no numbers for (the
+    fence then cannot be made there)."""
+    machine = platform.machine()
     if machine not in ARCHES:
         raise ValueError(f"no seccomp filter for this machine's architecture ({machine}): only "
                          f"{', '.join(ARCHES)}")
