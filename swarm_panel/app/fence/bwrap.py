@@ -10,9 +10,14 @@ Mounts, in order (bwrap applies them in order, later ones on top of earlier ones
   them (the harness's install and interpreter, the repository's .git) and the links that lead there,
   then the writable binds: the worktree and the config home.
 As root, bwrap keeps its capabilities unless told: `--cap-drop ALL` stops a remount of `/` read-write.
-A new session: no terminal of the host's is its controlling one (TIOCSTI cannot type into it). It runs
-below landlock_exec --supervise-only, which returns only once the sandbox's last process has ended
-(bwrap itself exits with the harness, while its pid 1 may still be killing the rest).
+A new session: no terminal of the host's is its controlling one (TIOCSTI cannot type into it).
+The sandbox's pid 1 is the bridge (app.fence.bridge, --as-pid-1), with or without a network plan: it
+starts the harness through app.fence.seccomp, so the harness makes no Unix socket (a read-only mount does
+not stop a connect() to /run/docker.sock). The bridge is not filtered, as it carries the endpoint in
+through Unix sockets (bwrap's --seccomp would filter it too), and it is the only such process there:
+bwrap's own pid 1 would be another, its memory open to the harness. It runs below landlock_exec
+--supervise-only, which returns only once the sandbox's last process has ended (bwrap exits with its pid
+1, while the kernel may still be killing the rest).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from swarm_panel.app.fence import bridge
+from swarm_panel.app.fence import bridge, seccomp
 from swarm_panel.app.fence.network import SEEN, NetPlan
 from swarm_panel.app.fence.program import exec_prefix
 from swarm_panel.app.fence.walls import BWRAP, Walls, hidden_folders, reexposed, symlinks
@@ -45,8 +50,9 @@ def probe(executable: str | None = None) -> tuple[str | None, str]:
 
 @functools.lru_cache(maxsize=4)
 def _try(path: str) -> str:
-    """'' when a sandbox with this module's options runs `true`; else bwrap's complaint."""
-    argv = [path, *_base_options(), "--", "true"]
+    """'' when a sandbox with this module's options runs `true` through the seccomp filter; else bwrap's
+    complaint, or the filter's."""
+    argv = [path, *_base_options(), "--", *seccomp.command(["true"])]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
                               stdin=subprocess.DEVNULL)
@@ -56,8 +62,8 @@ def _try(path: str) -> str:
 
 
 def _base_options() -> list[str]:
-    options = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
-               "--unshare-uts", "--die-with-parent", "--new-session"]
+    options = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--as-pid-1",
+               "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     if os.geteuid() == 0:
         options += ["--cap-drop", "ALL"]
     return options
@@ -65,14 +71,14 @@ def _base_options() -> list[str]:
 
 def command(executable: str, argv: list[str], walls: Walls, cwd: Path, home: Path | None, *,
             net: NetPlan | None = None) -> list[str]:
-    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap, below the reaper. `net`: a
-    network namespace of its own, the bridge (app.fence.bridge) starting `argv` and carrying the plan's
-    ports to their relays."""
+    """`argv` run in `cwd` (a path as the harness sees it) inside bubblewrap, below the reaper, started by
+    the bridge (app.fence.bridge, the sandbox's pid 1) through the seccomp filter. `net`: a network
+    namespace of its own, the bridge carrying the plan's ports to their relays."""
     hidden = hidden_folders(home, walls.hidden)
     options = _base_options()
     for folder in hidden:
         options += ["--tmpfs", str(folder)]
-    bridged = argv if net is None else bridge.command(net.forwards(), argv)
+    bridged = bridge.command(net.forwards() if net is not None else {}, seccomp.command(argv))
     shown = list(dict.fromkeys([*reexposed(argv, walls, hidden), *reexposed(bridged, Walls(()), hidden)]))
     for path in shown:
         options += ["--ro-bind", str(path), str(path)]

@@ -1,7 +1,8 @@
 """The small program at the top of every fenced launch. It stays above the harness as its reaper (every
 process the harness started ends with it, app.fence.reaper) and, under Landlock, confines the harness
 before it runs: a Landlock ruleset (read only beneath --read, write only beneath --write; no device ioctl;
-no signal or abstract socket out of the fence where the ABI scopes them), no capability, a session of its
+no signal or abstract socket out of the fence where the ABI scopes them), no capability, no Unix socket of
+its own making (app.fence.seccomp: Landlock does not check connect() on a socket's path), a session of its
 own, and with --namespaces its own pid and mount namespaces: a /proc of its own, a private /dev/shm and
 terminals, and every process gone the moment the harness ends.
 
@@ -22,6 +23,7 @@ import sys
 from typing import NoReturn
 
 from swarm_panel.app.fence import landlock_sys as ll
+from swarm_panel.app.fence import seccomp
 from swarm_panel.app.fence.lockdown import (
     die_with_parent,
     drop_capabilities,
@@ -125,6 +127,7 @@ def _harness(options: argparse.Namespace, argv: list[str]) -> NoReturn:
             writes = [*options.write, *([options.tmp] if options.tmp else [])]
             fence(options.read, writes, private_devices=options.namespaces, connect=options.connect)
             drop_capabilities()
+            seccomp.refuse_unix_sockets()  # Landlock does not check connect() on a socket's path
     except Exception as exc:  # noqa: BLE001 - whatever stops the fence, the harness must not run unfenced
         os._exit(_cannot_fence(str(exc)))
     env = dict(os.environ)

@@ -1,5 +1,5 @@
 """What a process of the fence asks of the kernel about itself (prctl, capset, unshare, mount): to end with
-its parent, to adopt the orphans below it, to hold no capability, and new pid and mount namespaces with a
+its parent, to be untraceable, to adopt the orphans below it, to hold no capability, and new pid and mount namespaces with a
 /proc, a /dev/shm and terminals of their own. Each raises OSError with the call that failed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ctypes
 import os
 from pathlib import Path
 
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT = 1, 24, 36, 47
+PR_SET_DUMPABLE, PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT = 4, 1, 24, 36, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
@@ -31,6 +31,13 @@ def _prctl(option: int, arg: int, what: str) -> None:
 def die_with_parent(signal_number: int) -> None:
     """The kernel sends `signal_number` when the parent ends (it outlives exec)."""
     _prctl(PR_SET_PDEATHSIG, signal_number, "PR_SET_PDEATHSIG")
+
+
+def undumpable() -> None:
+    """No process without CAP_SYS_PTRACE may trace this one, read or write its memory (/proc/PID/mem) or take
+    its file descriptors, though of the same user: the harness below, whose filter this one has not. Exec
+    makes a program dumpable again, so what this process starts is not kept from its debugger."""
+    _prctl(PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE")
 
 
 def adopt_orphans() -> None:

@@ -123,7 +123,8 @@ def exit_as(status: int) -> NoReturn:
     sys.stderr.flush()
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):  # neither can be caught (EINVAL): no handler to undo
+            signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
         os._exit(128 + number)
     os._exit(os.WEXITSTATUS(status))

@@ -183,12 +183,12 @@ def test_an_executable_that_cannot_run_fails_and_leaves_no_home(folder, tmp_path
         await launcher.wait(30)
         return run
 
-    # The fence starts, and it is the fence (bubblewrap's network bridge, Landlock's small program) that cannot
+    # The fence starts, and it is the fence (bubblewrap's seccomp step, Landlock's small program) that cannot
     # run the harness: it says so and exits.
     for fence in (f for f in (detect(BWRAP), detect(LANDLOCK)) if f.available):
         run = asyncio.run(fenced(fence))
         assert run.status == EXITED and run.exit_code != 0 and not run.completed
-        said = "bridge: cannot run" if fence.kind == BWRAP else "landlock_exec: cannot run"
+        said = "seccomp: cannot run" if fence.kind == BWRAP else "landlock_exec: cannot run"
         assert said in run.stderr.text and kind.executable in run.stderr.text
         assert list((tmp_path / "state").iterdir()) == []
 

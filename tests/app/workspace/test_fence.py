@@ -5,6 +5,7 @@ applied for real."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.app.fence import landlock
+from swarm_panel.app.fence import bridge, landlock, seccomp
 from swarm_panel.app.fence.choose import detect, wrap
 from swarm_panel.app.fence.program import exec_prefix
 from swarm_panel.app.fence.walls import BWRAP, LANDLOCK, NONE, Fence, Walls
@@ -40,6 +41,10 @@ def test_the_fence_hides_home_and_tmp_then_binds_what_the_launch_needs(tmp_path)
     # The reaper on top, bubblewrap below it, the harness last.
     prefix = [*exec_prefix(), "--supervise-only", "--parent", str(os.getpid()), "--", "/usr/bin/bwrap"]
     assert argv[:len(prefix)] == prefix and argv[-4:] == ["--", str(program), "run", "task"]
+    # The bridge its pid 1 (no other unfiltered process there), the harness through the seccomp filter.
+    filtered = seccomp.command([str(program), "run", "task"])
+    assert argv[-len(filtered):] == filtered and argv[-len(filtered) - 1] == "--"
+    assert "--as-pid-1" in argv and argv[argv.index("--chdir") + 3:-len(filtered) - 1] == bridge.command({}, [])[:-1]
     assert "--new-session" in argv
     assert pairs(argv, "--ro-bind")[0] == ("/", "/")
     assert "--unshare-net" not in argv and "--unshare-all" not in argv  # 127.0.0.1 is the host's
@@ -202,7 +207,25 @@ def test_guarantees_say_what_each_fence_holds_here_and_why(monkeypatch):
     monkeypatch.setattr(landlock, "abi", lambda: 5)
     monkeypatch.setattr(landlock, "probe_namespaces", lambda: "unshare: Operation not permitted")
     held = {g.what: g.held for g in guarantees(Fence(LANDLOCK))}
-    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree.
-    assert held[TREE] and not held[PROC] and not held[SIGNALS] and not held[ABSTRACT] and not held[NAMED_SOCKETS]
+    # ABI 5 has no scopes; without namespaces the host's /proc is listed; the reaper still ends the tree;
+    # the seccomp filter refuses every Unix socket of its own making, whatever the ABI.
+    assert held[TREE] and not held[PROC] and not held[SIGNALS] and held[ABSTRACT] and held[NAMED_SOCKETS]
     bubblewrap = {g.what: g.held for g in guarantees(Fence(BWRAP, "/usr/bin/bwrap"))}
-    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and bubblewrap[ABSTRACT]
+    assert bubblewrap[PROC] and bubblewrap[SIGNALS] and bubblewrap[ABSTRACT] and bubblewrap[NAMED_SOCKETS]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_the_fences_top_process_ends_as_its_child_killed_by_a_signal(signal_name):
+    """A Stop's kill reaches the harness before the top process: it then ends by the same signal, SIGKILL too
+    (which no handler can be set for)."""
+    ends_as = (
+        "import os, signal\n"
+        "from swarm_panel.app.fence.reaper import exit_as\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.pause()\n"
+        f"os.kill(pid, signal.{signal_name})\n"
+        "exit_as(os.waitpid(pid, 0)[1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", ends_as], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == -getattr(signal, signal_name), done.stderr
