@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from swarm_panel.runtime.core.request import Request, RequestOutput
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 
 
 class OutputReader(Protocol):

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from swarm_panel.app.endpoint.output_router import OutputRouter
 from swarm_panel.runtime.core.request import Request, RequestOutput
+from swarm_panel.runtime.scheduling.admission import Settled
 
 
 class RequestObserver(Protocol):
@@ -42,11 +43,12 @@ class RequestHandle:
     def request_id(self) -> int:
         return self.request.request_id
 
-    def submit(self) -> None:
-        """Queues the request; raises RequestRejected or EngineUnavailable."""
+    def submit(self, settled: Settled | None = None) -> None:
+        """Queues the request, admitted (`settled`) or to be admitted now; raises RequestRejected or
+        EngineUnavailable."""
         self._router.add(self)
         try:
-            self.engine_thread.submit(self.request)
+            self.engine_thread.submit(self.request, settled)
         except BaseException:
             self._router.discard(self.request_id)
             raise

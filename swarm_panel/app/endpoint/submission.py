@@ -46,8 +46,8 @@ from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
-from swarm_panel.runtime.scheduling.limits import ContextExceeded, RequestRejected
-from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
+from swarm_panel.runtime.scheduling.admission import ContextExceeded, RequestRejected, Settled
+from swarm_panel.runtime.serving.engine_core import EngineThread, EngineUnavailable
 
 # Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.
 ASKED_TAIL_TOKENS = 160
@@ -212,21 +212,21 @@ class ServerCore:
         and why max_tokens was cut, if it was."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
-        max_tokens, note = await self.admit(engine, thread, body, prompt_ids)
+        settled = await self.admit(engine, thread, body, prompt_ids)
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
-                handles.append(self.submit(engine, thread, body, prompt_ids, max_tokens, agent, asked, grammar,
+                handles.append(self.submit(engine, thread, body, prompt_ids, settled, agent, asked, grammar,
                                            choice, priority))
         except BaseException:
             for handle in handles:
                 handle.abort()
                 self.service.inflight.exit(agent)
             raise
-        return handles, note
+        return handles, settled.note
 
     async def admit(self, engine: Engine, thread: EngineThread, body: SamplingRequest,
-                    prompt_ids: list[int]) -> tuple[int, str | None]:
+                    prompt_ids: list[int]) -> Settled:
         """The request's max_tokens, settled once on the engine's side (EngineThread.admit: past what
         is left, cut to it, the same on every endpoint), and why it was cut; a 400 where the prompt
         alone fills the context, and where it fits only once the engine widens its KV layout, the
@@ -249,10 +249,10 @@ class ServerCore:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {settled.max_tokens}; "
                               f"{self._context_holds(engine, engine.max_context)}, and {failure}",
                               code="context_length_exceeded")
-        return settled.max_tokens, settled.note
+        return settled
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-               max_tokens: int, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
+               settled: Settled, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
                priority: int | None = None) -> RequestHandle:
         """One choice, with the max_tokens `admit` settled."""
         facts = self.facts(engine)
@@ -265,7 +265,7 @@ class ServerCore:
                                   param="logit_bias")
         try:
             sampling = SamplingParams(
-                max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                max_tokens=settled.max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                 min_p=body.min_p, seed=None if body.seed is None else body.seed + choice, logit_bias=bias,
                 presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
                 repeat_penalty=body.repeat_penalty, stop=body.stop_list, ignore_eos=body.ignore_eos,
@@ -276,11 +276,7 @@ class ServerCore:
         handle = RequestHandle(EngineRequest(prompt_ids, sampling, agent=agent, priority=priority),
                                self.router(thread), self.metrics)
         try:
-            handle.submit()
-        except RequestRejected as exc:
-            self.metrics.reject()
-            param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
-            raise bad_request(str(exc), param=param, code="context_length_exceeded") from None
+            handle.submit(settled)
         except EngineUnavailable as exc:
             raise APIError(503, str(exc), code="engine_unavailable", headers={"Retry-After": "5"}) from None
         # Left again when the response ends however it ends (ChatRun.close).

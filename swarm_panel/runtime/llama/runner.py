@@ -274,7 +274,7 @@ class StepRunner:
                 f"(backend sampling {'on' if self.backend_sampling else 'off'}); rows: {rows}")
 
     def _sampled(self, request: Request, index: int, token: int) -> Sample:
-        """The token and whether it ends generation; runtime.serving.output_processor makes its text."""
+        """The token and whether it ends generation; runtime.serving.detokenize makes its text."""
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.

@@ -1,7 +1,7 @@
 """Finished sequences whose KV stays resident, found again by the longest common token prefix.
 
 The scheduler owns one PrefixCache; the prefix planner (runtime.scheduling.prefix_planner) decides what goes
-in and what comes out, and the KV budget (runtime.scheduling.kv_budget) reads its token count. Each entry
+in and what comes out, and the KV budget (runtime.scheduling.lanes) reads its token count. Each entry
 names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
 holds at positions 0..n-1. Entries are kept in least-recently-used order. Whenever live sequences need
 the room, an entry a queued request would take its prefix from (its longest match, among the first

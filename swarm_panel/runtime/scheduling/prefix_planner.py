@@ -46,8 +46,7 @@ from swarm_panel.runtime.reuse.prefix_cache import (
 )
 from swarm_panel.runtime.reuse.resume import Resumption
 from swarm_panel.runtime.reuse.stored import StoredHeads, StoredPrefix
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
-from swarm_panel.runtime.scheduling.lanes import Lane
+from swarm_panel.runtime.scheduling.lanes import KVBudget, Lane
 
 log = logging.getLogger(__name__)
 

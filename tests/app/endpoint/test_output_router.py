@@ -9,7 +9,7 @@ from swarm_panel.app.endpoint.request_handle import RequestHandle
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.modeled.engine import ModeledEngine
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 from tests.runtime.serving.test_engine_thread import FAST_CARD
 
 
