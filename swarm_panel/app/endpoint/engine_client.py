@@ -20,16 +20,13 @@ from fastapi.responses import Response
 from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
 from swarm_panel.app.chat.reply import ReplyParser
+from swarm_panel.app.chat.request import ChatCompletionRequest, SamplingRequest
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
-from swarm_panel.app.endpoint.access import check_name
-from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
-from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
+from swarm_panel.app.endpoint.chat_run import RECORDED, ChatRun, Choice, OutputRouter, RequestHandle, run_record
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
-from swarm_panel.app.endpoint.output_router import OutputRouter
+from swarm_panel.app.endpoint.incoming import agent_of, check_name, priority_of
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
-from swarm_panel.app.endpoint.request_handle import RequestHandle
-from swarm_panel.app.endpoint.request_records import RECORDED, run_record
 from swarm_panel.app.endpoint.streaming import (
     KEEPALIVE,
     ClientGone,
@@ -37,11 +34,9 @@ from swarm_panel.app.endpoint.streaming import (
     unless_hung_up,
     with_heartbeat,
 )
-from swarm_panel.app.openai_api.models import ChatCompletionRequest, SamplingRequest
 from swarm_panel.app.service.agent_activity import last_user_text
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import scheduler_values
-from swarm_panel.runtime.core.config import MAX_PRIORITY
 from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
@@ -75,7 +70,7 @@ class _EngineFacts:
     sampling: dict[str, float]
 
 
-class ServerCore:
+class EngineClient:
     """The state behind one app: the service, per-request metrics and the engine's cached facts."""
 
     def __init__(self, service: SwarmService, responses: StoredResponses) -> None:
@@ -360,26 +355,6 @@ class ServerCore:
 
 # Why the server changed what the request asked (a max_tokens cut to what the context has left).
 NOTE_HEADER = "X-Swarm-Panel-Note"
-
-
-def agent_of(user: str | None, request: Request) -> str:
-    name = (agent_from_scope(request.scope) or user or request.headers.get("x-agent-name") or "").strip()
-    return with_subagent(name[:MAX_AGENT_CHARS] or "anonymous", request.headers)
-
-
-def priority_of(request: Request) -> int | None:
-    """The X-Agent-Priority header (lower is served first under the priority policy); None when absent."""
-    text = request.headers.get("x-agent-priority")
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise bad_request(f"X-Agent-Priority must be an integer (lower is served first), got {text[:40]!r}",
-                          param="X-Agent-Priority") from None
-    if abs(value) > MAX_PRIORITY:
-        raise bad_request(f"X-Agent-Priority must be within +-{MAX_PRIORITY}", param="X-Agent-Priority")
-    return value
 
 
 def engine_failure(message: str | None) -> APIError:
