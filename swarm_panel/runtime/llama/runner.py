@@ -19,11 +19,17 @@ from swarm_panel.runtime.core.black_box import black_box
 from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, Sample, StepResult
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import RowSpan, plan_calls, ubatch_features
-from swarm_panel.runtime.llama.greedy_sampler import GreedySampler, choose_rows
 from swarm_panel.runtime.llama.log import take_recent_problems
 from swarm_panel.runtime.llama.memory import MemoryRefused
 from swarm_panel.runtime.llama.model import LlamaModel
-from swarm_panel.runtime.llama.sampling import build_backend_sampler, build_sampler, runs_on_backend, token_logprob
+from swarm_panel.runtime.llama.sampling import (
+    GreedySampler,
+    build_backend_sampler,
+    build_sampler,
+    choose_rows,
+    runs_on_backend,
+    token_logprob,
+)
 from swarm_panel.runtime.llama.sequences import Lane, Sequences
 from swarm_panel.runtime.reuse.stored import PrefixKeeper
 

@@ -37,8 +37,7 @@ from swarm_panel.runtime.policies.agent_service import AgentService
 from swarm_panel.runtime.policies.batching import Policy
 from swarm_panel.runtime.policies.registry import make_policy
 from swarm_panel.runtime.policies.view import SchedulerView
-from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache, ReturnForecast
 from swarm_panel.runtime.scheduling.admission import (
     checked_config,
     fill_free_lanes,
