@@ -34,7 +34,7 @@ from swarm_panel.runtime.serving.engine_core import EngineThread
 
 
 class OutputReader(Protocol):
-    """A request's reader on the loop (app.endpoint.streaming.RequestHandle)."""
+    """A request's reader on the loop (RequestHandle, below)."""
 
     request_id: int
 
