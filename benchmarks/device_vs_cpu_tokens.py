@@ -30,7 +30,7 @@ def generate(model: str | None, max_tokens: int) -> dict:
     from swarm_panel.runtime.llama.model import on_cpu
     from swarm_panel.runtime.models.bundled import bundled_model_path
     from swarm_panel.runtime.scheduling.scheduler import Scheduler
-    from swarm_panel.runtime.serving.engine_loop import EngineLoop
+    from swarm_panel.runtime.serving.engine_core import EngineCore
 
     path = model or bundled_model_path()
     replies = []
@@ -39,7 +39,7 @@ def generate(model: str | None, max_tokens: int) -> dict:
             prompt = engine.tokenizer.tokenize(engine.tokenizer.apply_chat_template([{"role": "user", "content": task}]),
                                      add_special=False)
             request = Request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0))
-            loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,
+            loop = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,
                               RealClock())
             loop.scheduler.add(request, loop.clock.now())
             while loop.scheduler.has_work:

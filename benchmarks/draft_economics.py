@@ -44,9 +44,9 @@ import numpy as np
 
 from benchmarks.peer_servers import SCALED_LENGTHS
 from swarm_panel.app.service.engine_factory import resolve_model
-from swarm_panel.runtime.llama.batch import TokenBatch
-from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
+from swarm_panel.runtime.llama.context import TokenBatch
 from swarm_panel.runtime.llama.model import default_threads
+from swarm_panel.runtime.llama.sampling import GreedySampler
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B as CARD
 from swarm_panel.runtime.workloads.agent_script import REPEAT_PENALTY, AgentConversation
 from swarm_panel.runtime.workloads.workload import prompt_text

@@ -9,7 +9,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 
 class Harness:
@@ -28,7 +28,7 @@ class Harness:
         self.clock = VirtualClock()
         self.steps: list[StepStats] = []
         self.outputs: dict[int, list] = {}
-        self.loop = EngineLoop(self.scheduler, self.engine, self.clock, on_stats=self.steps.append)
+        self.loop = EngineCore(self.scheduler, self.engine, self.clock, on_stats=self.steps.append)
 
     def add(self, max_tokens: int, prompt: int = 8, agent: str = "a") -> Request:
         request = Request([5] * prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), agent=agent)

@@ -11,7 +11,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, RequestStatus
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 from tests.runtime.llama.test_hybrid_reuse import greedy
 
@@ -31,8 +31,8 @@ def engine(arch_model_path, request):
         yield eng
 
 
-def run(engine: LlamaEngine, requests: list[Request], **config) -> EngineLoop:
-    loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=LANES, prefill_chunk=32, **config), engine),
+def run(engine: LlamaEngine, requests: list[Request], **config) -> EngineCore:
+    loop = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=LANES, prefill_chunk=32, **config), engine),
                       engine, RealClock())
     for request in requests:
         loop.scheduler.add(request, loop.clock.now())

@@ -13,7 +13,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 
 # Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
@@ -25,7 +25,7 @@ POLICIES = ("continuous", "fair", "naive", "continuous")
 
 def test_32_agents_over_several_turns_finish_each_with_its_own_conversation(arch_model_path):
     with LlamaEngine(arch_model_path, max_lanes=LANES, n_ctx=8192, n_batch=256, kv_unified=True) as engine:
-        loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=LANES, prefill_chunk=64), engine),
+        loop = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=LANES, prefill_chunk=64), engine),
                           engine, RealClock())
         system = engine.tokenizer.tokenize(system_text(64))[:64]
         history = {a: system + engine.tokenizer.tokenize(f"agent {a}: the parser fails", add_special=False)
@@ -56,7 +56,7 @@ def test_32_agents_over_several_turns_finish_each_with_its_own_conversation(arch
         # Every fourth agent's turns, against their conversations computed alone with reuse off.
         checked = [r for r in done if int(r.agent.split("-")[1]) % 4 == 0]
         alone = [Request(list(r.prompt_token_ids), r.sampling) for r in checked]
-        fresh = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,
+        fresh = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,
                            RealClock())
         for request in alone:
             fresh.scheduler.add(request, fresh.clock.now())

@@ -46,7 +46,7 @@ def test_the_panel_shows_the_layout_widening_and_narrowing(qtbot, no_user_config
         win.resize(1400, 900)
         win.grab().save(str(tmp_path / "widened.png"))
 
-        service.engine_thread.narrow_after_s = 0.0  # the quiet period has passed
+        service.engine_thread.relayouts.narrow_after_s = 0.0  # the quiet period has passed
         qtbot.waitUntil(lambda: service.describe()["kv_unified"] is False, timeout=30000)
         win.refresh()
         win._refresh_slow(service.engine_thread)
@@ -73,7 +73,7 @@ def test_the_panel_marks_the_kernel_following_the_contexts(qtbot, no_user_config
     service.start()
     short_on = AttentionCurve((100, 1000), on=(0.020, 0.120), off=(0.045, 0.075), prompt_token=(0.003, 0.003))
     service.engine.attention_curve = short_on
-    service.engine_thread.attention = AttentionFollower(short_on, "off", min_rows=4)
+    service.engine_thread.relayouts.attention = AttentionFollower(short_on, "off", min_rows=4)
     win = MainWindow(service)
     qtbot.addWidget(win)
     try:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from swarm_panel.app.openai_api.models import MAX_NAME_CHARS, MAX_TOKENS_LIMIT, MAX_TOOLS, _Lenient
+from swarm_panel.app.chat.request import MAX_NAME_CHARS, MAX_TOKENS_LIMIT, MAX_TOOLS, _Lenient
 
 # -- the request ---------------------------------------------------------------------------------
 

@@ -40,12 +40,12 @@ from swarm_panel.app.anthropic_api.models import (
     ToolUseBlock,
 )
 from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
+from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
-from swarm_panel.app.endpoint.errors import bad_request, read_json
+from swarm_panel.app.endpoint.engine_client import EngineClient, respond
+from swarm_panel.app.endpoint.errors import bad_request
+from swarm_panel.app.endpoint.incoming import agent_from_scope, read_json, with_subagent
 from swarm_panel.app.endpoint.streaming import sse_event
-from swarm_panel.app.endpoint.submission import ServerCore, respond
-from swarm_panel.app.openai_api.models import MAX_NAME_CHARS, ChatCompletionRequest
 
 
 def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:
@@ -147,7 +147,7 @@ def to_chat(body: MessagesRequest, stream: bool) -> ChatCompletionRequest:
                                                     "parameters": t.input_schema}} for t in body.tools or []] or None,
         "tool_choice": tool_choice, "parallel_tool_calls": False if choice and choice.disable_parallel_tool_use else None,
         "max_tokens": body.max_tokens, "stop": body.stop_sequences or None, "stream": stream,
-        # Only the knobs the client set: the others are the server's or the model's to choose (ServerCore.sampled).
+        # Only the knobs the client set: the others are the server's or the model's to choose (EngineClient.sampled).
         **{name: getattr(body, name) for name in ("temperature", "top_p", "top_k") if name in body.model_fields_set},
     }
     return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
@@ -240,14 +240,14 @@ def session_of(user_id: str | None) -> str | None:
     return user_id
 
 
-def anthropic_router(server: ServerCore) -> APIRouter:
+def anthropic_router(server: EngineClient) -> APIRouter:
     router = APIRouter()
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
         user = (agent_from_scope(request.scope) or request.headers.get("x-agent-name")
                 or session_of(body.metadata.user_id if body.metadata else None))
         if not user or not user.strip():
-            return None  # named as any request is (app.endpoint.submission.agent_of)
+            return None  # named as any request is (app.endpoint.engine_client.agent_of)
         return with_subagent(user.strip()[:MAX_NAME_CHARS], request.headers)
 
     @router.post("/messages")

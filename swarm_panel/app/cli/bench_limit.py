@@ -29,7 +29,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.core.step_account import PARTS
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def ours(args: argparse.Namespace, width: int) -> tuple[float, dict, dict]:
     options.threads = args.threads or len(os.sched_getaffinity(0))
     engine = engine_for(options, realtime=False, max_lanes=width)
     try:
-        loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=width,
+        loop = EngineCore(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=width,
                                                                prefill_chunk=args.limit_prompt * width,
                                                                prefix_cache=False), engine),
                           engine, RealClock())

@@ -1,4 +1,6 @@
-"""The HTTP core every protocol shares: submitting a request's choices to the engine thread, its
-outputs on the event loop, SSE streams and hang-ups, grammars, errors in each API's shape, and
-/metrics. Imports openai_api, chat, service, settings and runtime.
+"""The HTTP core every API shares: the engine client (`engine_client`: the loaded engine's facts, prompt
+rendering, admission and submitting a request's choices), a run's outputs from the engine thread onto the
+event loop and its log line (`chat_run`), what a request brings (`incoming`: its body, key and agent),
+SSE, keep-alives and hang-ups (`streaming`), grammars (`constrained`), errors in each API's shape
+(`errors`), and /metrics (`prom`). Imports service, chat, settings and runtime; no API's room.
 """

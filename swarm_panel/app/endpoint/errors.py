@@ -9,7 +9,6 @@ ends with the API's own error event and proper end (`stream_failure`).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -21,7 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
+
+from swarm_panel.app.endpoint.streaming import sse
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,6 @@ def api_of(path: str) -> str:
     if "/responses" in path:
         return "responses"
     return "openai"
-
-
-class ClientGone(Exception):
-    """The client hung up before its request finished (answered, if at all, with a 499)."""
 
 
 class APIError(Exception):
@@ -142,21 +138,16 @@ def stream_failure(path: str, status: int, message: str, *, code: str | None = N
     `error` event, then `message_stop`."""
     api = api_of(path)
     if api == "anthropic":
-        return (_sse(anthropic_error_body(status, message), "error")
-                + _sse({"type": "message_stop"}, "message_stop"))
+        return (sse(anthropic_error_body(status, message), "error")
+                + sse({"type": "message_stop"}, "message_stop"))
     if api == "responses":
         response = {"id": response_id or f"resp_{uuid.uuid4().hex}", "object": "response",
                     "created_at": int(time.time()), "status": "failed", "model": model, "output": [],
                     "error": {"code": error_type(status, "responses"), "message": message},
                     "incomplete_details": None}
-        return _sse({"type": "response.failed", "sequence_number": sequence_number, "response": response},
+        return sse({"type": "response.failed", "sequence_number": sequence_number, "response": response},
                     "response.failed")
-    return _sse(error_body(status, message, code=code)) + b"data: [DONE]\n\n"
-
-
-def _sse(payload: dict[str, Any], event: str | None = None) -> bytes:
-    head = f"event: {event}\n".encode() if event else b""
-    return head + b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return sse(error_body(status, message, code=code)) + b"data: [DONE]\n\n"
 
 
 def unauthorized(message: str = "missing or wrong API key: send 'Authorization: Bearer <key>' or "
@@ -166,62 +157,6 @@ def unauthorized(message: str = "missing or wrong API key: send 'Authorization: 
 
 def forbidden(message: str) -> APIError:
     return APIError(403, message, code="forbidden")
-
-
-def presented_key(authorization: str | None, x_api_key: str | None = None) -> str | None:
-    """The key a request sends: its bearer token (OpenAI clients, ANTHROPIC_AUTH_TOKEN), else its x-api-key
-    (Anthropic SDKs); app.endpoint.access says whose it is."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return x_api_key.strip() if x_api_key and x_api_key.strip() else None
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON: refused by Content-Length before reading, and capped while streaming in."""
-    body = await read_body(request, limit)
-    try:
-        return json.loads(body, parse_constant=_not_json)
-    except (ValueError, UnicodeDecodeError) as exc:
-        detail = f": {exc.args[0]}" if isinstance(exc, _NonFinite) else ""
-        raise bad_request(f"the request body is not valid JSON{detail}", code="invalid_json") from None
-
-
-class _NonFinite(ValueError):
-    pass
-
-
-def _not_json(constant: str) -> Any:
-    """Python's parser takes NaN and Infinity, which JSON has not: echoed back (metadata, a parameter) they
-    would make a reply nothing can encode."""
-    raise _NonFinite(f"{constant} is not a JSON number")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused by Content-Length before reading and capped while streaming in."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise bad_request("Content-Length is not a number") from None
-        if size > limit:
-            raise too_large(limit)
-    chunks: list[bytes] = []
-    received = 0
-    try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise bad_request("the client hung up while sending the body") from None
-    return b"".join(chunks)
-
-
-def too_large(limit: int) -> APIError:
-    return APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
 
 
 def shaped(request: Request, error: APIError) -> JSONResponse:

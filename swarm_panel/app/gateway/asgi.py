@@ -7,7 +7,7 @@ on another; failing mid-answer ends that one response with an error event (or a 
 A Responses API request naming a stored response goes to the backend that answered it, and GET and
 DELETE of /v1/responses/{id} (and its input_items) are forwarded there too. Also served: /health,
 /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler (gateway policy and
-routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.access): PUT
+routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.incoming): PUT
 /v1/scheduler needs the panel's key (the user's --api-key, else the one the gateway made and published).
 """
 
@@ -24,18 +24,16 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from swarm_panel.app.endpoint.access import ADMIN, INFERENCE, READ, guard
-from swarm_panel.app.endpoint.errors import (
-    APIError,
-    ClientGone,
-    bad_request,
-    install_error_handlers,
-    read_body,
-    read_json,
-    stream_failure,
-)
+from swarm_panel.app.endpoint.errors import APIError, bad_request, install_error_handlers, stream_failure
+from swarm_panel.app.endpoint.incoming import ADMIN, INFERENCE, READ, guard, read_body, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
-from swarm_panel.app.endpoint.streaming import KEEPALIVE, EventStreamResponse, relayed_with_heartbeat, unless_hung_up
+from swarm_panel.app.endpoint.streaming import (
+    KEEPALIVE,
+    ClientGone,
+    EventStreamResponse,
+    relayed_with_heartbeat,
+    unless_hung_up,
+)
 from swarm_panel.app.gateway.admission import Gateway, Lease
 from swarm_panel.app.gateway.prom import build_gateway_registry
 from swarm_panel.app.gateway.request_facts import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from swarm_panel.runtime.core.request import Request, RequestOutput, SamplingParams
-from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
+from swarm_panel.runtime.serving.engine_core import EngineThread, EngineUnavailable
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload, agent_name
 
 

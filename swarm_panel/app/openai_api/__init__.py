@@ -1,3 +1,4 @@
-"""The OpenAI bodies (chat and completions, whole and streamed) and logprobs: the shapes the endpoint
-core works in, and the Responses and Anthropic rooms translate into. Imports settings and runtime.core.
+"""OpenAI's API: its routes (`routes`: chat and completions, models), response bodies and logprobs
+(`models`), and stream writer (`stream`); the request bodies it shares with every chat-shaped API are
+app.chat.request's. Imports the endpoint core, chat, settings and runtime.core.
 """

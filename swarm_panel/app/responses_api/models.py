@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from swarm_panel.app.openai_api.models import (
+from swarm_panel.app.chat.request import (
     MAX_TOKENS_LIMIT,
     PenaltyField,
     TemperatureField,

@@ -18,11 +18,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from swarm_panel.app.chat.reply import ReplyPiece
+from swarm_panel.app.chat.request import ChatCompletionRequest
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
-from swarm_panel.app.endpoint.errors import APIError, bad_request, read_json
+from swarm_panel.app.endpoint.engine_client import EngineClient, respond
+from swarm_panel.app.endpoint.errors import APIError, bad_request
+from swarm_panel.app.endpoint.incoming import read_json
 from swarm_panel.app.endpoint.streaming import sse_event
-from swarm_panel.app.endpoint.submission import ServerCore, respond
-from swarm_panel.app.openai_api.models import ChatCompletionRequest
 from swarm_panel.app.responses_api.models import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,
@@ -125,7 +126,7 @@ def to_chat(body: ResponsesRequest, history: list[dict[str, Any]], table: ToolTa
     chat = {
         "messages": system + turns, "tools": table.chat_tools or None, "tool_choice": choice,
         "parallel_tool_calls": body.parallel_tool_calls, "max_completion_tokens": body.max_output_tokens,
-        # Only the knobs the client set: the others are the server's or the model's to choose (ServerCore.sampled).
+        # Only the knobs the client set: the others are the server's or the model's to choose (EngineClient.sampled).
         **{name: getattr(body, name) for name in ("temperature", "top_p") if name in body.model_fields_set},
         "presence_penalty": body.presence_penalty,
         # Codex names no user but keys its prompt cache by session: that is the agent.
@@ -248,7 +249,7 @@ def _ending(finish_reason: str | None, error: str | None) -> tuple[ResponseStatu
     return "completed", {}
 
 
-def _stored(server: ServerCore, response_id: str) -> StoredResponse:
+def _stored(server: EngineClient, response_id: str) -> StoredResponse:
     stored = server.responses.get(response_id)
     if stored is None:
         raise APIError(404, f"no stored response {response_id!r}: it was created with store: false, deleted, "
@@ -256,7 +257,7 @@ def _stored(server: ServerCore, response_id: str) -> StoredResponse:
     return stored
 
 
-def responses_router(server: ServerCore) -> APIRouter:
+def responses_router(server: EngineClient) -> APIRouter:
     router = APIRouter()
 
     @router.post("/responses")

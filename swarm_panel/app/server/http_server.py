@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from swarm_panel.app.server.app import create_app
 from swarm_panel.app.server.port_holder import port_holder
-from swarm_panel.app.server.routes import create_app
 from swarm_panel.app.service import panel_key_file
 from swarm_panel.app.service.engine_service import SwarmService
 

@@ -20,7 +20,7 @@ from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
 log = logging.getLogger(__name__)

@@ -87,7 +87,7 @@ class StepPlan:
 
 @dataclass(slots=True)
 class Sample:
-    """One sampled token. The engine sets `token` and `end`; runtime.serving.output_processor fills in the rest."""
+    """One sampled token. The engine sets `token` and `end`; runtime.serving.detokenize fills in the rest."""
 
     token: int
     # The token is one of the vocabulary's end-of-generation tokens: it ends the output and adds no text.
@@ -164,7 +164,7 @@ class EngineCaps:
     # context, once no request needs more; 0: it was not widened.
     narrows_to: int = 0
     # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
-    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.prefill_budget).
+    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.step_rows).
     attention_bound_prefill: bool = False
     # The compute call returns before its outputs are ready (a GPU's queue): StepPlan.while_computing then
     # overlaps the device's work, and the serving loop plans the next step meanwhile.

@@ -1,4 +1,4 @@
-"""The record every step leaves behind (built by runtime.scheduling.stats_builder), for plots, metrics and benchmarks."""
+"""The record every step leaves behind (built by runtime.scheduling.step_fold), for plots, metrics and benchmarks."""
 
 from __future__ import annotations
 

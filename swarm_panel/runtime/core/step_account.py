@@ -36,7 +36,7 @@ class StepTotals:
     idle: float = 0.0
     steps: int = 0
     logits_bytes: int = 0
-    # Of `host`: work done while the device was computing a step (runtime.serving.engine_loop's overlap),
+    # Of `host`: work done while the device was computing a step (runtime.serving.engine_core's overlap),
     # which the device did not wait for.
     overlapped: float = 0.0
 

@@ -20,5 +20,5 @@ class StepOutcome:
     outputs: list[Delivery] = field(default_factory=list)
     # None for a plan that only released or cached sequences: nothing to plot.
     stats: StepStats | None = None
-    # Its stats and outputs have gone to their listeners (runtime.serving.engine_loop may hold them a step).
+    # Its stats and outputs have gone to their listeners (runtime.serving.engine_core may hold them a step).
     handed_out: bool = False

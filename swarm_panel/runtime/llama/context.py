@@ -6,16 +6,19 @@ n_ctx / n_seq_max cells, cached sequences included, and a cached sequence keeps 
 
 A relayout (runtime.llama.engine) closes the context and opens another: the layout, and the attention
 kernel, are fixed per context in llama.cpp.
+
+The context's llama_batch (StepBatch, below): arrays numpy owns, filled a whole step at a time with array operations; each token's seq_id pointer aims once and for good at its own cell of one int32 array.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import llama_cpp
+import numpy as np
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
-from swarm_panel.runtime.llama.batch import TokenBatch
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost
 from swarm_panel.runtime.llama.log import take_recent_problems
 from swarm_panel.runtime.llama.memory import ATTENTION, SequenceMemory
@@ -141,3 +144,53 @@ def new_context(model: LlamaModel, settings: ContextSettings, layout: Layout,
         raise ModelLoadError(f"cannot load model {model.path} with n_ctx={settings.n_ctx}, "
                              f"kv_type={settings.kv_type}: {reason}")
     return ctx
+
+
+class TokenBatch:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.tokens = np.zeros(size, dtype=np.int32)
+        self.positions = np.zeros(size, dtype=np.int32)
+        self.seq_ids = np.zeros(size, dtype=np.int32)
+        self.logits = np.zeros(size, dtype=np.int8)
+        self._n_seq_id = np.ones(size, dtype=np.int32)
+        # Null-terminated, as llama_batch_init leaves it.
+        self._seq_id_ptrs = np.zeros(size + 1, dtype=np.uintp)
+        self._seq_id_ptrs[:size] = self.seq_ids.ctypes.data + self.seq_ids.itemsize * np.arange(size, dtype=np.uintp)
+        self._ramp = np.arange(size, dtype=np.int32)
+        # Rows whose logits the last fill asked for.
+        self.num_outputs = 0
+        # The struct holds raw pointers into the arrays above, which live as long as this object.
+        self.batch = llama_cpp.llama_batch(
+            n_tokens=0,
+            token=self.tokens.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token)),
+            embd=None,
+            pos=self.positions.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_pos)),
+            n_seq_id=self._n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+            seq_id=self._seq_id_ptrs.ctypes.data_as(ctypes.POINTER(ctypes.POINTER(llama_cpp.llama_seq_id))),
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+
+    def fill(self, tokens: list[int], lengths: list[int], starts: list[int], seq_ids: list[int],
+             ends: list[int], outputs: list[int]) -> None:
+        """Lays out consecutive rows: row i holds lengths[i] of `tokens` (all rows' tokens in order)
+        for sequence seq_ids[i] from position starts[i], ending at batch index ends[i] (exclusive);
+        logits are computed at the batch indices in `outputs` only."""
+        n = len(tokens)
+        if n > self.size:
+            raise ValueError(f"a batch of {n} tokens exceeds its {self.size} slots")
+        self.tokens[:n] = tokens
+        if n == len(lengths):
+            # One token a row (a decode step): each row's start is its position.
+            self.positions[:n] = starts
+            self.seq_ids[:n] = seq_ids
+        else:
+            counts = np.asarray(lengths)
+            # Token j of a row sits at batch index first+j and position start+j: index minus (first - start).
+            shift = np.asarray(ends) - counts - np.asarray(starts)
+            np.subtract(self._ramp[:n], np.repeat(shift, counts), out=self.positions[:n], casting="unsafe")
+            self.seq_ids[:n] = np.repeat(np.asarray(seq_ids, dtype=np.int32), counts)
+        self.logits[:n] = 0
+        self.logits[outputs] = 1
+        self.num_outputs = len(outputs)
+        self.batch.n_tokens = n

@@ -19,11 +19,17 @@ from swarm_panel.runtime.core.black_box import black_box
 from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, Sample, StepResult
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.cpu_tuning.decode_calls import RowSpan, plan_calls, ubatch_features
-from swarm_panel.runtime.llama.greedy_sampler import GreedySampler, choose_rows
 from swarm_panel.runtime.llama.log import take_recent_problems
 from swarm_panel.runtime.llama.memory import MemoryRefused
 from swarm_panel.runtime.llama.model import LlamaModel
-from swarm_panel.runtime.llama.sampling import build_backend_sampler, build_sampler, runs_on_backend, token_logprob
+from swarm_panel.runtime.llama.sampling import (
+    GreedySampler,
+    build_backend_sampler,
+    build_sampler,
+    choose_rows,
+    runs_on_backend,
+    token_logprob,
+)
 from swarm_panel.runtime.llama.sequences import Lane, Sequences
 from swarm_panel.runtime.reuse.stored import PrefixKeeper
 
@@ -274,7 +280,7 @@ class StepRunner:
                 f"(backend sampling {'on' if self.backend_sampling else 'off'}); rows: {rows}")
 
     def _sampled(self, request: Request, index: int, token: int) -> Sample:
-        """The token and whether it ends generation; runtime.serving.output_processor makes its text."""
+        """The token and whether it ends generation; runtime.serving.detokenize makes its text."""
         end = token in self.vocab.eog_tokens
         if request.sampling.logprobs is not None:
             # On the request, not the Sample: the scheduler forwards only token and text.

@@ -15,8 +15,7 @@ import llama_cpp
 
 from swarm_panel.runtime.core.request import Request
 from swarm_panel.runtime.llama.context import LlamaContext
-from swarm_panel.runtime.llama.greedy_sampler import GreedySampler
-from swarm_panel.runtime.llama.sampling import BackendGreedySampler, ChainSampler
+from swarm_panel.runtime.llama.sampling import BackendGreedySampler, ChainSampler, GreedySampler
 from swarm_panel.runtime.reuse.parked import ParkedSequences
 
 

@@ -1,12 +1,12 @@
 """Finished sequences whose KV stays resident, found again by the longest common token prefix.
 
 The scheduler owns one PrefixCache; the prefix planner (runtime.scheduling.prefix_planner) decides what goes
-in and what comes out, and the KV budget (runtime.scheduling.kv_budget) reads its token count. Each entry
+in and what comes out, and the KV budget (runtime.scheduling.lanes) reads its token count. Each entry
 names a finished request (the handle the engine knows its sequence by) and the tokens that sequence
 holds at positions 0..n-1. Entries are kept in least-recently-used order. Whenever live sequences need
 the room, an entry a queued request would take its prefix from (its longest match, among the first
 QUEUED_LOOKAHEAD queued) goes last; of the others, the one whose agent is expected back furthest from
-now (runtime.reuse.return_forecast), the least recently used among equals (all of them, before any
+now (runtime.reuse.prefix_cache), the least recently used among equals (all of them, before any
 gap is known).
 
 Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
@@ -21,11 +21,14 @@ An entry is resident (its KV in the engine's cells, under a sequence id) or park
 swarm_panel.runtime.reuse.parked): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
 only resident entries count in `num_tokens` and `num_resident`, what the KV budget and the id pool
 read.
+
+When each agent is likely back from its tool (ReturnForecast, below): what cached sequences are evicted and parked by.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +37,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from swarm_panel.runtime.core.request import Request
-from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.reuse.stored import StoredPrefix
@@ -227,3 +229,50 @@ class PrefixCache:
         self._entries.clear()
         self.num_tokens = self.num_resident = 0
         return entries
+
+
+# Each new gap moves an agent's forecast halfway: a harness's tool times vary turn to turn.
+GAP_WEIGHT = 0.5
+# Agents remembered at most (the oldest go first); a long-running server meets many sessions.
+MAX_AGENTS = 4096
+
+
+class ReturnForecast:
+    def __init__(self) -> None:
+        # The scheduler's time at its latest call, which eviction measures distances from.
+        self.now = 0.0
+        self._gap: dict[str, float] = {}
+        # When each agent with no request in the scheduler last had one.
+        self._idle_since: dict[str, float] = {}
+
+    def arrived(self, agent: str, now: float) -> None:
+        """A request of this agent entered the scheduler."""
+        self.now = now
+        since = self._idle_since.pop(agent, None)
+        if since is None:
+            return
+        gap = max(now - since, 0.0)
+        previous = self._gap.pop(agent, None)
+        self._gap[agent] = gap if previous is None else previous + GAP_WEIGHT * (gap - previous)
+        if len(self._gap) > MAX_AGENTS:
+            del self._gap[next(iter(self._gap))]
+
+    def idle(self, agent: str, now: float) -> None:
+        """The agent's last request in the scheduler left it (runtime.policies.agent_service counts them)."""
+        self.now = now
+        self._idle_since[agent] = now
+        if len(self._idle_since) > MAX_AGENTS:
+            del self._idle_since[next(iter(self._idle_since))]
+
+    def gap(self, agent: str) -> float:
+        """The agent's forecast idle gap: its own, else the median of the others', else 0."""
+        own = self._gap.get(agent)
+        if own is not None:
+            return own
+        return statistics.median(self._gap.values()) if self._gap else 0.0
+
+    def distance(self, agent: str, finished: float | None, now: float) -> float:
+        """How far from now the agent of a sequence that finished at `finished` is expected back; the
+        larger, the better to evict."""
+        expected = (finished if finished is not None else now) + self.gap(agent)
+        return abs(expected - now)

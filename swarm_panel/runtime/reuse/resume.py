@@ -18,7 +18,7 @@ prompt token then rides the next step beside the decode rows. That costs a reque
 latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
 its end. A cut costs more than the step, too: llama.cpp splits a hybrid's step into micro-batches
 whose sequences all take the same number of tokens, so every short piece is one more pass over the
-weights (runtime.scheduling.prefill_budget.piece_tokens). So boundaries closer than NEAR_TOKENS make
+weights (runtime.scheduling.step_rows.piece_tokens). So boundaries closer than NEAR_TOKENS make
 no cut of their own, at the price of at most that many tokens recomputed by a request that resumes
 there:
 - the end of the prompt but its last token, when a turn ends at most NEAR_TOKENS before it (the

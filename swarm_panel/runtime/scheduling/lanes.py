@@ -1,17 +1,68 @@
-"""The lanes: the batch's width, which request each lane holds, and the KV that holding costs.
+"""The lanes: the batch's width, which request each lane holds, the KV that holding costs, and who
+gives it up under pressure.
 
 A lane holds a live request, a finished one riding as padding (a policy that pads finished lanes),
 or nothing. The table keeps a map from request id to lane, and charges the KV budget as a request
 enters a lane and frees it as the request leaves, so the budget's counter stays live.
+
+The KV budget (`KVBudget`): how many KV tokens the scheduler may hand out. Lanes hold `used`: each
+occupied lane's computed tokens and padding rows, plus, on a hybrid model, a fixed recurrent state per
+sequence (`state_tokens`). Finished sequences kept resident for prefix reuse hold `cached`, read from
+the prefix cache's own counters (a parked one holds none). Every change to what a lane holds goes
+through `allocate` and `free`, so a check costs the same however many lanes there are; the table
+asserts at the end of each step that `used` equals a fresh recount over its lanes.
+
+Preemption (`pick_victim`), when evicting cached sequences is not enough, while planning or after the
+engine ran out of KV before the budget said: a padding lane goes first, since its rows are thrown away;
+then the live lane the policy names. The caller decides what the victim loses: a live lane is
+recomputed later, unless it is the last one, which nothing would be gained by preempting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from swarm_panel.runtime.core.request import Request, RequestStatus
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
+
+if TYPE_CHECKING:
+    from swarm_panel.runtime.policies.batching import Policy
+    from swarm_panel.runtime.policies.view import SchedulerView
+
+
+class KVBudget:
+    def __init__(self, capacity: int, state_tokens: int, cache: PrefixCache) -> None:
+        # What the engine holds; lowered when it ran out before the budget said it would.
+        self.capacity = capacity
+        # The config's kv_budget; None means all the engine has.
+        self.limit: int | None = None
+        self.state_tokens = state_tokens
+        self.used = 0
+        self._cache = cache
+
+    @property
+    def total(self) -> int:
+        return self.capacity if self.limit is None else min(self.limit, self.capacity)
+
+    @property
+    def cached(self) -> int:
+        return self._cache.num_tokens + self.state_tokens * self._cache.num_resident
+
+    @property
+    def free_tokens(self) -> int:
+        return self.total - self.used - self.cached
+
+    def can_admit(self, need: int, promised: int) -> bool:
+        """Whether `need` more tokens fit beside what is held and what earlier admissions were promised."""
+        return need <= self.free_tokens - promised
+
+    def allocate(self, tokens: int) -> None:
+        self.used += tokens
+
+    def free(self, tokens: int) -> None:
+        self.used -= tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -110,3 +161,12 @@ class LaneTable:
         assert occupied == len(self.of), "the lane map holds a request no lane holds"
         assert padding == self.num_padding, f"{self.num_padding} padding lanes counted, {padding} found"
         assert held == self.kv.used, f"KV counter {self.kv.used} differs from a recount of {held}"
+
+
+def pick_victim(lanes: Sequence[Lane], policy: Policy, view: SchedulerView) -> tuple[Lane | None, int]:
+    """The lane to give up its KV (None when no lane holds any), and how many lanes are live."""
+    for lane in lanes:
+        if lane.padding:
+            return lane, sum(1 for other in lanes if other.is_live)
+    live = [lane for lane in lanes if lane.is_live]
+    return (policy.preemption_victim(view, live) if live else None), len(live)

@@ -8,7 +8,7 @@ keeps at most one finished sequence per lane of width. An engine whose live and 
 one pool of ids (llama.cpp's split KV) gets a lane that starts evicting a cached sequence when the
 pool (within the width) is full, and adopts instead of copying where no id is left for the copy. Cached KV always yields: entries are
 evicted whenever live sequences need the room, before anything live is preempted: first the one whose
-agent is expected back furthest from now, by its idle gaps so far (runtime.reuse.return_forecast), the
+agent is expected back furthest from now, by its idle gaps so far (runtime.reuse.prefix_cache), the
 least recently used among equals. Where the engine parks evicted sequences (`parks_evicted`: split KV), an evicted entry
 stays in the cache as parked in host RAM (a PARK op), holding no cells and no id, and a request that
 matches it gets it restored into an id of its own; a copy then parks a cached sequence for its id
@@ -46,8 +46,7 @@ from swarm_panel.runtime.reuse.prefix_cache import (
 )
 from swarm_panel.runtime.reuse.resume import Resumption
 from swarm_panel.runtime.reuse.stored import StoredHeads, StoredPrefix
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
-from swarm_panel.runtime.scheduling.lanes import Lane
+from swarm_panel.runtime.scheduling.lanes import KVBudget, Lane
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ class PrefixPlanner:
 
     def evict_one(self, keep: CacheEntry | None = None) -> bool:
         """Frees the KV cells and the sequence id of a resident cached sequence but `keep`: the one whose
-        agent is expected back furthest from now (runtime.reuse.return_forecast)."""
+        agent is expected back furthest from now (runtime.reuse.prefix_cache)."""
         copying = {op.source.request_id for op in self._ops if op.kind is PrefixOpKind.COPY}
         entry = self.cache.pop_evictable(keep, spare=copying)
         if entry is None:

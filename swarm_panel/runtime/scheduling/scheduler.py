@@ -7,12 +7,12 @@ for the requests' listeners and the step's StepStats. A request has no prefill o
 its own; it has `num_computed_tokens` catching up with `num_tokens`.
 
 The scheduler is sized by the engine's EngineCaps (runtime.core.engine) and holds its parts:
-- runtime.scheduling.limits: what can ever run here (a config the engine holds, a request the budget holds);
-- runtime.scheduling.kv_budget.KVBudget: the KV tokens it may hand out, with live counters of what is held;
-- runtime.scheduling.lanes.LaneTable: the batch's width, which request each lane holds, and the KV that costs;
-- runtime.scheduling.admission: waiting requests into free lanes while the budget holds their prompts;
+- runtime.scheduling.admission: a config the engine holds, and waiting requests into free lanes while
+  the budget holds their prompts (a request reaches `add` admitted: its limits were settled there);
+- runtime.scheduling.lanes: the batch's width, which request each lane holds, the KV that costs
+  (KVBudget, live counters of what is held), and who gives it up when evicting is not enough;
+- runtime.scheduling.step_rows: a step's rows, one-token rows then prompt chunks within the prefill budget;
 - runtime.scheduling.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
-- runtime.scheduling.preemption: who gives up KV when evicting cached sequences is not enough;
 - a policy (runtime.policies.batching, runtime.policies.registry), which reads a runtime.policies.view.SchedulerView
   and returns decisions: who may enter, whether finished lanes pad, who computes under pressure;
 - runtime.scheduling.stats_builder: each step's StepStats; runtime.core.step_outcome: what the calls hand back.
@@ -30,33 +30,29 @@ from collections.abc import Iterator
 from operator import attrgetter
 
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineCaps, Row, RowKind, StepPlan, StepResult
-from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, reaches_length
+from swarm_panel.runtime.core.engine import EngineCaps, Row, StepPlan, StepResult
+from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
 from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
 from swarm_panel.runtime.policies.agent_service import AgentService
 from swarm_panel.runtime.policies.batching import Policy
 from swarm_panel.runtime.policies.registry import make_policy
 from swarm_panel.runtime.policies.view import SchedulerView
-from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
-from swarm_panel.runtime.scheduling.admission import fill_free_lanes
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
-from swarm_panel.runtime.scheduling.lanes import Lane, LaneTable
-from swarm_panel.runtime.scheduling.limits import RequestRejected, check_fits, checked_config, unfit_after_change
-from swarm_panel.runtime.scheduling.preemption import pick_victim
-from swarm_panel.runtime.scheduling.prefill_budget import cells_of, piece_tokens, reference_cells, tokens_within
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache, ReturnForecast
+from swarm_panel.runtime.scheduling.admission import (
+    checked_config,
+    fill_free_lanes,
+    unfit_after_change,
+)
+from swarm_panel.runtime.scheduling.lanes import KVBudget, Lane, LaneTable, pick_victim
 from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
-from swarm_panel.runtime.scheduling.stats_builder import StatsBuilder, StepTally
-
-__all__ = ["RequestRejected", "Scheduler"]
+from swarm_panel.runtime.scheduling.step_fold import StatsBuilder, StepTally, apply_refusals, fold_row
+from swarm_panel.runtime.scheduling.step_rows import one_token_rows, prompt_chunks
 
 log = logging.getLogger(__name__)
 
 # Aborted too: an agent whose idle watchdog or timeout hung up resends the same prompt, which then
 # resumes where the first left off instead of computing a long prompt again from its first token.
 _CACHEABLE = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
-# The oldest prompt's least share of a step's prefill budget (1/N) when the policy puts others first.
-OLDEST_PROMPT_SHARE = 4
 # Cached sequences parked in host RAM at most, where the engine parks evicted ones: each admitted
 # prompt is compared with every entry, so the count stays small beside the engine's byte budget.
 MAX_PARKED = 256
@@ -73,7 +69,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.num_steps = 0
         # Outputs of the call now running; every public call hands them back before it returns.
-        self._outputs: list[Delivery] = []
+        self.outputs: list[Delivery] = []
         # 0 entries means the engine takes no prefix ops: no reuse at all.
         # When each agent is likely back from its tool: what cached sequences are evicted and parked by.
         self.forecast = ReturnForecast()
@@ -133,11 +129,8 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.lanes.of or self.prefix.has_releases)
 
-    def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
-        check_fits(num_prompt_tokens, max_tokens, self.caps, self.kv_budget)
-
     def add(self, request: Request, now: float) -> None:
-        self.check_fits(request.num_prompt_tokens, request.sampling.max_tokens)
+        """Queues an admitted request (runtime.scheduling.admission.settle decided that it fits)."""
         request.arrival_time = now
         request.status = RequestStatus.WAITING
         self.service.arrived(request)
@@ -150,7 +143,7 @@ class Scheduler:
         lane = self.lanes.of.get(request_id)
         if lane is not None:
             if lane.is_live:
-                self._finish_in_lane(lane, status, now, error)
+                self.finish_in_lane(lane, status, now, error)
                 self._settle_padding()
         else:
             request = next((r for r in self.waiting if r.request_id == request_id), None)
@@ -208,11 +201,11 @@ class Scheduler:
         if used < self.kv_budget:
             log.warning("KV budget lowered from %d to %d tokens after the engine ran out", self.kv_budget, used)
             self.kv.capacity = max(used, 1)
-        if not self.prefix.evict_one() and not self._preempt_one():
+        if not self.prefix.evict_one() and not self.preempt_one():
             # Only one live lane is left (or none): it cannot wait for anyone's KV, so it fails.
             victim, _ = pick_victim(self.lanes, self.policy, self.view)
             if victim is not None:
-                self._finish_in_lane(victim, RequestStatus.FINISHED_ERROR, now, "the engine ran out of KV cache")
+                self.finish_in_lane(victim, RequestStatus.FINISHED_ERROR, now, "the engine ran out of KV cache")
         return self._take_outputs()
 
     def next_admission_time(self) -> float | None:
@@ -245,99 +238,13 @@ class Scheduler:
             fill_free_lanes(self.waiting, self.lanes, self.kv, self.prefix, self.config.num_lanes)
 
     def _plan_rows(self) -> list[Row]:
-        rows = self._one_token_rows()
-        rows += self._prompt_chunks(planned=len(rows))
-        if not rows and self.num_running and self._preempt_one():
+        rows = one_token_rows(self)
+        rows += prompt_chunks(self, planned=len(rows))
+        if not rows and self.num_running and self.preempt_one():
             return self._plan_rows()
         return rows
 
-    def _one_token_rows(self) -> list[Row]:
-        """A row for every decoding and padding lane the KV left can carry (the policy picks, if not all)."""
-        while True:
-            lanes = [lane for lane in self.lanes if lane.request and (lane.padding or lane.request.is_decoding)]
-            free = self.kv.free_tokens
-            if len(lanes) <= free:
-                break
-            if not self.prefix.evict_one() and (self.policy.pauses_lanes or not self._preempt_one()):
-                break
-        rows: list[Row] = []
-        for lane in self.policy.lanes_to_run(self.view, lanes, max(free, 0)):
-            request = lane.request
-            if lane.padding:
-                position = request.num_computed_tokens + lane.padding_tokens
-                rows.append(Row(request, RowKind.PADDING, position, [request.token_ids[-1]], sample=True))
-            else:
-                start = request.num_computed_tokens
-                rows.append(Row(request, RowKind.DECODE, start, request.token_ids[start:], sample=True))
-        return rows
-
-    def _prompt_chunks(self, planned: int) -> list[Row]:
-        """Prompt chunks within the prefill budget and the KV left, a prompt's first one after its prefix lookup."""
-        rows: list[Row] = []
-        chunk = self.config.prefill_chunk
-        budget = min(chunk, self.caps.max_step_tokens - planned)
-        # Beside decode rows, deep chunks share a full chunk's row-cells near a prompt's start.
-        reference = reference_cells(chunk)
-        cells = reference if planned and self.caps.attention_bound_prefill else None
-        by_age = sorted((lane for lane in self.lanes if lane.is_live and not lane.request.is_decoding),
-                        key=lambda lane: lane.admitted_seq)
-        for lane in by_age:
-            if lane.reusable_hint is None and not lane.prefix_checked and self.reuse_enabled:
-                lane.reusable_hint = self.prefix.reusable(lane, self.lanes)
-        prefilling = self.policy.prefill_order(self.view, by_age)
-        # However the policy orders prompts, the oldest keeps a share of every step, so a stream of
-        # newer prompts that the order puts first cannot starve it.
-        held = budget // OLDEST_PROMPT_SHARE if prefilling and prefilling[0] is not by_age[0] else 0
-        whole_budget = budget
-        computing: list[Request] = []
-        for lane in prefilling:
-            oldest = lane is by_age[0]
-            available = budget if oldest else budget - held
-            if oldest:
-                held = 0
-            if budget <= 0 or not self.prefix.make_room(planned + 1):
-                break
-            # The oldest prompt keeps its share of the row-cells too.
-            room = None if cells is None else max(cells, reference // OLDEST_PROMPT_SHARE) if oldest else cells
-            if available <= 0 or (room is not None and room <= 0):
-                continue
-            request = lane.request
-            if not lane.prefix_checked:
-                if self.reuse_enabled and self.prefix.waits_for_earlier(request, computing):
-                    continue
-                lane.prefix_checked = True
-                if self.reuse_enabled:
-                    queried = request.num_tokens
-                    self.stats.prefix_looked_up(request.agent, queried, self.prefix.reuse(lane, self.lanes, planned))
-                self.prefix.make_sequence_room(self.lanes)
-            start = request.num_computed_tokens
-            # Where the prompt's next cut falls with no budget: the piece that would go whole.
-            whole = self.prefix.chunk_end(request, start, request.num_tokens)
-            want = min(piece_tokens(whole.end - start, available, chunk, None if oldest else whole_budget),
-                       self.caps.max_step_tokens - planned)
-            if held:
-                want = min(want, available)  # no overshoot into the oldest prompt's share
-            if want <= 0:
-                continue
-            # A prompt that one chunk finishes goes whole: only a long one, deep in, gives way.
-            if room is not None and request.num_tokens - start > chunk:
-                want = min(want, tokens_within(start, room, chunk))
-            self.prefix.make_room(planned + want)
-            limit = start + min(want, self.kv.free_tokens - planned)
-            cut = whole if limit >= whole.end else self.prefix.chunk_end(request, start, limit)
-            end = cut.end
-            rows.append(Row(request, RowKind.PREFILL, start, request.token_ids[start:end], end == request.num_tokens,
-                            checkpoint=cut.checkpoint, checkpoint_start=cut.checkpoint_start,
-                            store_prefix=cut.store_prefix))
-            n = end - start
-            budget -= n
-            if cells is not None:
-                cells -= cells_of(start, n, chunk)
-            planned += n
-            computing.append(request)
-        return rows
-
-    def _preempt_one(self) -> bool:
+    def preempt_one(self) -> bool:
         """Frees KV under pressure: a padding lane, else a live one recomputed later (never the last)."""
         victim, num_live = pick_victim(self.lanes, self.policy, self.view)
         if victim is None or (not victim.padding and num_live <= 1):
@@ -358,78 +265,31 @@ class Scheduler:
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
         if not plan.rows:
             # A plan that only released or cached sequences: nothing to fold back but a refused cache.
-            self._apply_refusals(result)
+            apply_refusals(self, result)
             return StepOutcome(self._take_outputs())
         self.num_steps += 1
         tally = StepTally(self.lanes)
-        self._apply_refusals(result)
+        apply_refusals(self, result)
         self.service.record_step(plan.rows, result, self.config.agent_weights)
         for request_id, error in result.errors.items():
             # A prefix op the engine could not apply fails its request even without a row.
             lane = self.lanes.of.get(request_id)
             if lane is not None and lane.is_live and all(r.request is not lane.request for r in plan.rows):
-                self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
+                self.finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
         rows = [row for row in plan.rows if row.request.request_id not in result.refused]
         tally.count(rows, self.lanes.of)
         # Allocated once the rows are folded: nothing reads the budget meanwhile, and a lane that
         # ends frees what it holds, this step's tokens included.
-        self.kv.allocate(sum(self._fold_row(row, result, now, tally) for row in rows))
+        self.kv.allocate(sum(fold_row(self, row, result, now, tally) for row in rows))
         self._settle_padding()
         if __debug__:
             self.lanes.check()
             assert self.policy.pads(self.view) or not self.lanes.num_padding, "a lane pads after its batch ended"
         return StepOutcome(self._take_outputs(), self.stats.build(tally, self, now, result.duration_s))
 
-    def _fold_row(self, row: Row, result: StepResult, now: float, tally: StepTally) -> int:
-        """Folds one row back into its request; returns the KV tokens its lane gained."""
-        request = row.request
-        lane = self.lanes.of[request.request_id]
-        if row.kind is RowKind.PADDING:
-            lane.padding_tokens += 1
-            return 1
-        error = result.errors.get(request.request_id)
-        if error is not None:
-            self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
-            return 0
-        computed = len(row.tokens)
-        request.num_computed_tokens += computed
-        if not row.sample:
-            return computed
-        sample = result.samples.get(request.request_id)
-        if sample is None:
-            self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, "the engine returned no token")
-            return computed
-        tally.useful += 1
-        if request.first_token_time is None:
-            request.first_token_time = now
-            tally.ttft.append((request.agent, now - request.arrival_time))
-        else:
-            tally.itl.append((request.agent, now - request.last_token_time))
-        request.last_token_time = now
-        request.token_ids.append(sample.token)
-        request.output_text_parts.append(sample.text)
-        if sample.stop:
-            self._finish_in_lane(lane, RequestStatus.FINISHED_STOPPED, now, None, new_token=sample)
-        elif reaches_length(request, self.caps.max_context, new_tokens=0):
-            self._finish_in_lane(lane, RequestStatus.FINISHED_LENGTH, now, None, new_token=sample)
-        else:
-            output = RequestOutput(request.request_id, [sample.token], sample.text, False)
-            self._outputs.append((request, output))
-        return computed
-
-    def _apply_refusals(self, result: StepResult) -> None:
-        """Prefix ops the engine's memory could not do: their destinations recompute from position 0,
-        and a finished sequence it could not keep leaves the cache."""
-        for request_id, why in result.refused.items():
-            lane = self.lanes.of.get(request_id)
-            if lane is not None and lane.is_live:
-                self.stats.prefix_refused(lane.request.agent, self.prefix.recompute(lane.request, why))
-            else:
-                self.prefix_cache.discard(request_id)
-
     # -- lane and request endings -------------------------------------------------------------
 
-    def _finish_in_lane(self, lane: Lane, status: RequestStatus, now: float, error: str | None,
+    def finish_in_lane(self, lane: Lane, status: RequestStatus, now: float, error: str | None,
                         new_token=None) -> None:
         self._finish(lane.request, status, now, error, new_token)
         if status is not RequestStatus.FINISHED_ERROR and self.policy.pads(self.view):
@@ -446,12 +306,12 @@ class Scheduler:
             self.forecast.idle(request.agent, now)
         self.stats.ended(request, now)
         tokens, text = ([new_token.token], new_token.text) if new_token else ([], "")
-        self._outputs.append(
+        self.outputs.append(
             (request, RequestOutput(request.request_id, tokens, text, True, status.finish_reason, error))
         )
 
     def _take_outputs(self) -> list[Delivery]:
-        outputs, self._outputs = self._outputs, []
+        outputs, self.outputs = self.outputs, []
         return outputs
 
     def _release_lane(self, lane: Lane, cache: bool = False) -> None:
@@ -487,4 +347,4 @@ class Scheduler:
         for lane in self.lanes.live():
             why = unfit_after_change(lane.request, self.caps, self.kv_budget)
             if why is not None:
-                self._finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, why)
+                self.finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, why)

@@ -1,4 +1,6 @@
-"""Rolling figures from the per-step records: throughput, utilization, latency, per agent.
+"""What the engine core publishes for other threads: after every step, the scheduler's state as one
+immutable EngineSnapshot (lanes and counters), and rolling figures from the per-step records:
+throughput, utilization, latency, per agent.
 
 Written by the engine thread, read by anyone. The lock guards only appends and copies: a reader
 copies what it needs under it and sorts and sums outside, so a panel tick or a scrape never holds
@@ -12,11 +14,55 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.fit import StepLine, fit_step_line, width_medians
 from swarm_panel.runtime.core.stats import StepStats
 
+if TYPE_CHECKING:
+    from swarm_panel.runtime.scheduling.scheduler import Scheduler
+
 log = logging.getLogger(__name__)
+
+@dataclass(slots=True, frozen=True)
+class LaneView:
+    index: int
+    state: str  # "idle", "prefill", "decode" or "padding"
+    request_id: int | None = None
+    agent: str | None = None
+    prompt_tokens: int = 0
+    computed_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class EngineSnapshot:
+    """What the scheduler held at the end of a step, published whole: readers never see half a step."""
+
+    step: int
+    lanes: tuple[LaneView, ...]
+    waiting: int
+    running: int
+    kv_budget: int
+    time: float  # clock time it was taken: the engine thread publishes at least every IDLE_POLL_S
+    # What the engine holds and can do now: a widening or narrowing changes it between steps.
+    caps: EngineCaps
+
+
+def snapshot_of(s: Scheduler, now: float) -> EngineSnapshot:
+    views = []
+    for lane in s.lanes:
+        request = lane.request
+        if request is None:
+            views.append(LaneView(lane.index, "idle"))
+            continue
+        state = "padding" if lane.padding else "decode" if request.is_decoding else "prefill"
+        views.append(LaneView(lane.index, state, request.request_id, request.agent, request.num_prompt_tokens,
+                              request.num_computed_tokens, request.num_output_tokens))
+    running = sum(view.state in ("prefill", "decode") for view in views)
+    return EngineSnapshot(s.num_steps, tuple(views), len(s.waiting), running, s.kv_budget, now, s.caps)
+
 
 LATENCY_SAMPLES = 4096
 AGENT_LATENCY_SAMPLES = 512

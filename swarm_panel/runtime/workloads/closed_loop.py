@@ -11,7 +11,7 @@ from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, SamplingParams
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.serving.metrics import percentile
 from swarm_panel.runtime.workloads.agent_script import REPEAT_PENALTY, AgentConversation
 from swarm_panel.runtime.workloads.workload import SwarmWorkload, agent_name, prompt_text, system_text, tool_text
@@ -153,7 +153,7 @@ def run_closed_loop(
         if on_stats is not None:
             on_stats(stats)
 
-    loop = EngineLoop(scheduler, engine, clock, on_stats=record)
+    loop = EngineCore(scheduler, engine, clock, on_stats=record)
     # Where the shared system prompt ends: a hybrid model keeps its recurrent state there for every agent.
     system_boundary = (workload.system_tokens,) if workload.system_tokens and not workload.real_agents else ()
     outcome = {"requests": 0, "errors": 0, "prompt_tokens": 0, "stops": 0}

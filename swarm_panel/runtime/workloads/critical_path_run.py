@@ -12,7 +12,7 @@ from swarm_panel.runtime.core.request import Request, RequestOutput, SamplingPar
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.policies.fairness import fairness_figures
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.closed_loop import text_prompt
 from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathSwarm, CriticalPathWorkload, Turn
 
@@ -63,7 +63,7 @@ def run_critical_path(
         if on_stats is not None:
             on_stats(stats)
 
-    loop = EngineLoop(scheduler, engine, clock, on_stats=record)
+    loop = EngineCore(scheduler, engine, clock, on_stats=record)
     swarm = CriticalPathSwarm(workload, lanes=config.num_lanes)
     make_prompt = text_prompt(engine, workload.prompt_tokens)
     open_requests: dict[int, Request] = {}

@@ -1,15 +1,14 @@
-"""swarm_panel.app.endpoint.output_router: an engine step's outputs reach the event loop in one wake-up, streams intact."""
+"""swarm_panel.app.endpoint.chat_run: an engine step's outputs reach the event loop in one wake-up, streams intact."""
 
 from __future__ import annotations
 
 import asyncio
 
-from swarm_panel.app.endpoint.output_router import OutputRouter
-from swarm_panel.app.endpoint.request_handle import RequestHandle
+from swarm_panel.app.endpoint.chat_run import OutputRouter, RequestHandle
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.modeled.engine import ModeledEngine
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 from tests.runtime.serving.test_engine_thread import FAST_CARD
 
 

@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseFunctionToolCall, ResponseStreamEvent
 from pydantic import BaseModel
 
-from swarm_panel.app.endpoint.submission import ServerCore
+from swarm_panel.app.endpoint.engine_client import EngineClient
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.service.request_log import RequestRecord
 from swarm_panel.runtime.core.engine import RowKind, Sample
@@ -227,7 +227,7 @@ class Replay:
 def replay(request, arch_model_path) -> Replay:
     kind = request.param
     rendered: list[list[int]] = []
-    render = ServerCore.render_chat
+    render = EngineClient.render_chat
 
     def recording(self, engine, messages, tools):
         text, ids = render(self, engine, messages, tools)
@@ -235,7 +235,7 @@ def replay(request, arch_model_path) -> Replay:
         return text, ids
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(ServerCore, "render_chat", recording)
+    patch.setattr(EngineClient, "render_chat", recording)
     service = SwarmService(settings(engine="llama", model=arch_model_path, n_ctx=NUM_LANES * LANE_TOKENS[kind],
                                     num_lanes=NUM_LANES, threads=2))
     turns: dict[str, Turn] = {}

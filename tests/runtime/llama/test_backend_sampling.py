@@ -16,7 +16,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.sampling import runs_on_backend
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 PROMPTS = ["the agent can call a tool", "hello world", "what is this", "we will do it", "how are you",
            "from all of that", "if you can", "about the model"]
@@ -26,8 +26,8 @@ GREEDY = [SamplingParams(max_tokens=24, temperature=0.0),
           SamplingParams(max_tokens=24, temperature=0.0, repeat_penalty=1.5, ignore_eos=True)]
 
 
-def run_all(engine: LlamaEngine, requests: list[Request]) -> EngineLoop:
-    loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=8, prefill_chunk=16),
+def run_all(engine: LlamaEngine, requests: list[Request]) -> EngineCore:
+    loop = EngineCore(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=8, prefill_chunk=16),
                                            engine), engine, RealClock())
     for request in requests:
         loop.scheduler.add(request, loop.clock.now())

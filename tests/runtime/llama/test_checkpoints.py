@@ -13,7 +13,7 @@ from swarm_panel.runtime.modeled.engine import IM_END_ID, ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
 from swarm_panel.runtime.reuse.resume import MIN_CHECKPOINT_TOKENS, NEAR_TOKENS, Resumption
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 
 def test_the_store_finds_the_longest_checkpointed_prefix_and_evicts_the_coldest_within_its_budget():
@@ -85,7 +85,7 @@ def test_the_modeled_hybrid_card_charges_a_state_per_sequence_and_reuses_only_at
     step = engine.step
     engine.step = lambda plan: plans.append(plan) or step(plan)
     scheduler = Scheduler.for_engine(SchedulerConfig(num_lanes=4), engine)
-    loop = EngineLoop(scheduler, engine, VirtualClock())
+    loop = EngineCore(scheduler, engine, VirtualClock())
     system = list(range(100, 200)) + [IM_END_ID]
     first = greedy(system + [1] * 10, 5, "a")
     scheduler.add(first, 0.0)

@@ -10,11 +10,17 @@ import numpy as np
 import pytest
 
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama import greedy_sampler
 from swarm_panel.runtime.llama import sampling as llama_sampling
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.llama.greedy_sampler import MIN_VOCAB, PENALTY_LAST_N, GreedySampler, takes_greedy_sampler
-from swarm_panel.runtime.llama.sampling import ChainSampler, build_sampler, build_sampler_chain
+from swarm_panel.runtime.llama.sampling import (
+    MIN_VOCAB,
+    PENALTY_LAST_N,
+    ChainSampler,
+    GreedySampler,
+    build_sampler,
+    build_sampler_chain,
+    takes_greedy_sampler,
+)
 from tests.runtime.llama.test_llama_engine import run
 
 VOCAB = 400
@@ -23,7 +29,7 @@ VOCAB = 400
 @pytest.fixture(autouse=True)
 def _numpy_at_any_vocabulary(monkeypatch):
     """These vocabularies are small, where build_sampler would keep the chain; the tokens are the question here."""
-    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", 0)
+    monkeypatch.setattr(llama_sampling, "MIN_VOCAB", 0)
 
 
 def chain_choice(chain, logits: np.ndarray) -> int:
@@ -66,13 +72,13 @@ def test_picks_what_llama_cpp_chain_picks(seed):
 
 def test_only_plain_greedy_over_a_large_vocabulary_leaves_the_chain(monkeypatch):
     plain = SamplingParams(temperature=0.0, repeat_penalty=1.3, logit_bias={1: 2.0})
-    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", MIN_VOCAB)
+    monkeypatch.setattr(llama_sampling, "MIN_VOCAB", MIN_VOCAB)
     assert takes_greedy_sampler(plain, MIN_VOCAB)
     assert not takes_greedy_sampler(plain, MIN_VOCAB - 1)
     small = build_sampler(plain, VOCAB, ())
     assert isinstance(small, ChainSampler)
     small.close()
-    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", 0)
+    monkeypatch.setattr(llama_sampling, "MIN_VOCAB", 0)
     for other in (SamplingParams(temperature=0.7), SamplingParams(temperature=0.0, frequency_penalty=0.5),
                   SamplingParams(temperature=0.0, presence_penalty=0.5),
                   SamplingParams(temperature=0.0, grammar='root ::= "a"')):
@@ -93,7 +99,7 @@ def test_decoding_with_it_gives_the_chain_s_tokens(arch_model_path, monkeypatch)
 
 
 def test_the_bundled_model_decodes_with_it_by_default(real_model_path, monkeypatch):
-    monkeypatch.setattr(greedy_sampler, "MIN_VOCAB", MIN_VOCAB)
+    monkeypatch.setattr(llama_sampling, "MIN_VOCAB", MIN_VOCAB)
     same_tokens_either_way(real_model_path, monkeypatch)
 
 
@@ -159,7 +165,7 @@ def test_rows_chosen_together_pick_what_each_picks_alone(seed):
     together = [build_sampler(p, VOCAB, eog, h) for p, h in zip(picks, histories)]
     alone = [build_sampler(p, VOCAB, eog, h) for p, h in zip(picks, histories)]
     before = logits.copy()
-    got = greedy_sampler.choose_rows(together, logits, order)
+    got = llama_sampling.choose_rows(together, logits, order)
     assert np.array_equal(logits, before, equal_nan=True)
     assert got == [alone[i].choose(logits[order[i]].copy()) for i in range(rows)]
     # Each accepted its token: the next step's penalties are the same too.
@@ -167,7 +173,7 @@ def test_rows_chosen_together_pick_what_each_picks_alone(seed):
 
 
 def test_a_large_block_read_by_several_threads_gives_each_row_s_argmax(monkeypatch):
-    monkeypatch.setattr(greedy_sampler, "PARALLEL_ARGMAX_ELEMENTS", 0)
+    monkeypatch.setattr(llama_sampling, "PARALLEL_ARGMAX_ELEMENTS", 0)
     rng = np.random.default_rng(7)
     block = rng.integers(-3, 4, size=(9, VOCAB)).astype(np.float32)
-    assert greedy_sampler.argmax_rows(block).tolist() == np.argmax(block, axis=1).tolist()
+    assert llama_sampling.argmax_rows(block).tolist() == np.argmax(block, axis=1).tolist()

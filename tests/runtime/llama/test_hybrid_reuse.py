@@ -16,7 +16,7 @@ from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingPar
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 
 SYSTEM = 80
@@ -42,22 +42,22 @@ def engine(hybrid):
     hybrid.checkpoints.clear()
 
 
-def make_loop(engine, **config) -> EngineLoop:
+def make_loop(engine, **config) -> EngineCore:
     steps: list = []
     scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 4, **config}), engine)
-    loop = EngineLoop(scheduler, engine, RealClock(), on_stats=steps.append)
+    loop = EngineCore(scheduler, engine, RealClock(), on_stats=steps.append)
     loop.steps = steps
     return loop
 
 
-def drain(loop: EngineLoop) -> None:
+def drain(loop: EngineCore) -> None:
     while loop.scheduler.has_work:
         if loop.step() is None and loop.scheduler.waiting and not loop.scheduler.num_running:
             loop.clock.wait_until(loop.scheduler.next_admission_time())
         assert loop.engine._context.memory.mismatches() == {}, "the engine's record of a sequence's end is not llama.cpp's"
 
 
-def finish(loop: EngineLoop) -> None:
+def finish(loop: EngineCore) -> None:
     drain(loop)
     loop.scheduler.drop_prefix_cache()
     loop.step()

@@ -11,8 +11,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import ModelLoadError
 from swarm_panel.runtime.models.demo import CHAT_TEMPLATE, MODEL_NAME
-from swarm_panel.runtime.serving.detokenizer import StopStringDetokenizer
-from swarm_panel.runtime.serving.output_processor import OutputProcessor
+from swarm_panel.runtime.serving.detokenize import OutputProcessor, StopStringDetokenizer
 
 PROMPTS = [
     "the agent can call a tool",

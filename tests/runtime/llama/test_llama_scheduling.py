@@ -11,8 +11,9 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.scheduling.scheduler import RequestRejected, Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.scheduling.admission import ContextExceeded, settle
+from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 PROMPTS = ["the agent can call a tool", "hello world", "what is this", "we will do it", "how are you",
            "from all of that", "if you can", "about the model"]
@@ -24,14 +25,14 @@ def engine(arch_model_path):
         yield eng
 
 
-def make_loop(engine, **config) -> EngineLoop:
+def make_loop(engine, **config) -> EngineCore:
     scheduler = Scheduler(SchedulerConfig(**config),
                           EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_lanes=engine.max_lanes))
-    return EngineLoop(scheduler, engine, RealClock())
+    return EngineCore(scheduler, engine, RealClock())
 
 
-def drain(loop: EngineLoop, switch_every: int = 0, rng: random.Random | None = None) -> None:
+def drain(loop: EngineCore, switch_every: int = 0, rng: random.Random | None = None) -> None:
     step = 0
     while loop.scheduler.has_work:
         if switch_every and step % switch_every == 0:
@@ -48,7 +49,7 @@ def greedy_request(engine, prompt: str, n: int) -> Request:
     return Request(engine.tokenizer.tokenize(prompt), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
 
 
-def assert_no_leaks(loop: EngineLoop, engine) -> None:
+def assert_no_leaks(loop: EngineCore, engine) -> None:
     assert loop.scheduler.kv_used == 0 and not loop.scheduler.has_work
     loop.step()  # hands any pending releases to the engine
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes
@@ -117,10 +118,9 @@ def test_the_engine_publishes_its_caps_and_a_scheduler_is_sized_by_them(engine):
 
 
 def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):
-    loop = make_loop(engine)
-    too_long = Request(engine.tokenizer.tokenize("hello world " * 2000), SamplingParams(max_tokens=4))
-    with pytest.raises(RequestRejected, match="more than the context of 2048"):
-        loop.scheduler.add(too_long, loop.clock.now())
+    too_long = engine.tokenizer.tokenize("hello world " * 2000)
+    with pytest.raises(ContextExceeded, match="the context holds 2048"):
+        settle(engine.caps, engine.kv_capacity, len(too_long), 4)
 
 
 @pytest.mark.slow
@@ -161,6 +161,6 @@ def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(arch_mode
             loop.scheduler.add(r, loop.clock.now())
         drain(loop)
         assert {p: r.output_token_ids for p, r in zip(PROMPTS, requests)} == solo_outputs
-        with pytest.raises(RequestRejected, match="more than the context of 256"):
-            loop.scheduler.add(greedy_request(split, "hello world " * 200, 4), loop.clock.now())
+        with pytest.raises(ContextExceeded, match="the context holds 256"):
+            settle(split.caps, split.kv_capacity, greedy_request(split, "hello world " * 200, 4).num_prompt_tokens, 4)
         assert_no_leaks(loop, split)

@@ -8,7 +8,7 @@ import pytest
 
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.batch import TokenBatch
+from swarm_panel.runtime.llama.context import TokenBatch
 from swarm_panel.runtime.llama.engine import LlamaEngine
 
 

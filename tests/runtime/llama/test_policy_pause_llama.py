@@ -10,7 +10,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.core.stats import LANE_STALLED
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.closed_loop import exact_tokens
 
 # (agent, output tokens): the heavy agent has been served before, so least-attained-service ranks it last.
@@ -26,7 +26,7 @@ def engine(tiny_model_path):
 def run(engine, kv_budget: int | None) -> tuple[dict[str, list[int]], set[str], dict[str, int]]:
     """Greedy outputs per agent, the agents whose lane sat out a step, and preemptions per agent."""
     config = SchedulerConfig(policy="las", num_lanes=4, kv_budget=kv_budget, prefix_cache=False)
-    loop = EngineLoop(Scheduler.for_engine(config, engine), engine, RealClock())
+    loop = EngineCore(Scheduler.for_engine(config, engine), engine, RealClock())
     scheduler = loop.scheduler
 
     def submit(agent: str, n: int, k: int) -> Request:

@@ -10,7 +10,7 @@ from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 
 SYSTEM_TOKENS = 60
@@ -39,12 +39,12 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
-def make_loop(engine, steps: list | None = None, **config) -> EngineLoop:
+def make_loop(engine, steps: list | None = None, **config) -> EngineCore:
     scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 4, **config}), engine)
-    return EngineLoop(scheduler, engine, RealClock(), on_stats=None if steps is None else steps.append)
+    return EngineCore(scheduler, engine, RealClock(), on_stats=None if steps is None else steps.append)
 
 
-def finish(loop: EngineLoop, engine) -> None:
+def finish(loop: EngineCore, engine) -> None:
     """Drops the cache and hands the releases to the engine, so the next test starts empty."""
     assert not loop.scheduler.has_work
     loop.scheduler.drop_prefix_cache()
@@ -63,7 +63,7 @@ def computed_fresh(engine, prompt: list[int], max_tokens: int, num_lanes: int = 
     return fresh.output_token_ids
 
 
-def check_live_kv(loop: EngineLoop, engine) -> None:
+def check_live_kv(loop: EngineCore, engine) -> None:
     """Every live sequence holds exactly the KV the scheduler accounts for it."""
     for lane in loop.scheduler.lanes:
         if lane.request is None:

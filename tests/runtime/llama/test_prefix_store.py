@@ -17,7 +17,7 @@ from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingPar
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixStoreOptions
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text
 
 MIN_TOKENS = 64
@@ -48,7 +48,7 @@ def head_length(engine, prompt: list[int]) -> int:
 def run(engine, prompts: list[list[int]], **config) -> tuple[list[Request], dict[int, int]]:
     """Greedy requests run to the end; returns them and each one's prompt tokens computed."""
     scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 4, "prefill_chunk": 128, **config}), engine)
-    loop = EngineLoop(scheduler, engine, RealClock())
+    loop = EngineCore(scheduler, engine, RealClock())
     computed: dict[int, int] = {}
     step = engine.step
 

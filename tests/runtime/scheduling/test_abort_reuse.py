@@ -14,7 +14,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, RequestStatus
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text
 from tests.runtime.llama.test_hybrid_reuse import greedy
 
@@ -30,12 +30,12 @@ def engine(arch_model_path, request):
         yield eng
 
 
-def make_loop(engine, **config) -> EngineLoop:
+def make_loop(engine, **config) -> EngineCore:
     scheduler = Scheduler.for_engine(SchedulerConfig(**{"num_lanes": 2, "prefill_chunk": CHUNK, **config}), engine)
-    return EngineLoop(scheduler, engine, RealClock())
+    return EngineCore(scheduler, engine, RealClock())
 
 
-def drain(loop: EngineLoop) -> None:
+def drain(loop: EngineCore) -> None:
     while loop.scheduler.has_work:
         loop.step()
 

@@ -14,7 +14,7 @@ from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingPar
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, PrefixCache, common_prefix_len
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.workloads.workload import SwarmWorkload
@@ -43,7 +43,7 @@ def make(kv_capacity: int | None = None, cached: int = 64, **config):
                           EngineCaps(kv_capacity=kv_capacity or engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=cached))
     steps = []
-    return scheduler, engine, EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append), steps
+    return scheduler, engine, EngineCore(scheduler, engine, VirtualClock(), on_stats=steps.append), steps
 
 
 def request(tokens: list[int], max_tokens: int, agent: str = "a") -> Request:
@@ -64,7 +64,7 @@ def replay_ids(plan, held: set[int], pool: int) -> None:
     assert len(held) <= pool
 
 
-def drain(loop: EngineLoop, check=None) -> None:
+def drain(loop: EngineCore, check=None) -> None:
     for _ in range(100_000):
         if not loop.scheduler.has_work:
             return
@@ -265,7 +265,7 @@ def test_split_kv_reuse_stays_within_its_pool_of_sequences(policy, engine_ids, c
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=engine_ids,
                                      max_sequences=engine_ids, copies_prefixes=copies, consecutive_ids=True))
     steps = []
-    loop = EngineLoop(scheduler, engine, VirtualClock(), on_stats=steps.append)
+    loop = EngineCore(scheduler, engine, VirtualClock(), on_stats=steps.append)
     # Half the agents share nothing with anyone, so their first turns need ids of their own.
     histories = {agent: (SYSTEM if agent % 2 else [400 + agent] * 12) + [200 + agent] * 5 for agent in range(6)}
     held: set[int] = set()
@@ -301,7 +301,7 @@ def test_split_kv_copies_no_prefix_when_lanes_yet_to_start_need_every_id_left():
                           EngineCaps(kv_capacity=engine.kv_capacity, max_context=engine.max_context,
                                      max_step_tokens=engine.max_step_tokens, max_cached_sequences=4,
                                      max_sequences=4, copies_prefixes=True, consecutive_ids=True))
-    loop = EngineLoop(scheduler, engine, VirtualClock())
+    loop = EngineCore(scheduler, engine, VirtualClock())
     held: set[int] = set()
 
     def check():

@@ -1,10 +1,9 @@
-"""Eviction by when an agent will be back (runtime.reuse.return_forecast) rather than by age alone."""
+"""Eviction by when an agent will be back (runtime.reuse.prefix_cache) rather than by age alone."""
 
 from __future__ import annotations
 
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.reuse.return_forecast import ReturnForecast
+from swarm_panel.runtime.reuse.prefix_cache import PrefixCache, ReturnForecast
 
 
 def finished(agent: str, at: float, start: int = 0) -> Request:

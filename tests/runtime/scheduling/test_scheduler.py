@@ -6,9 +6,8 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import RequestStatus
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_PREFILL
-from swarm_panel.runtime.scheduling.limits import checked_config
-from swarm_panel.runtime.scheduling.prefill_budget import PIECE_SHARE, piece_tokens
-from swarm_panel.runtime.scheduling.scheduler import RequestRejected
+from swarm_panel.runtime.scheduling.admission import checked_config, unfit
+from swarm_panel.runtime.scheduling.step_rows import PIECE_SHARE, piece_tokens
 from tests.helpers import Harness
 
 
@@ -103,7 +102,7 @@ def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
 
 
 def test_a_step_spends_no_cut_on_a_few_leftover_tokens_and_leaves_no_few_for_the_next():
-    """Every piece of a step is one more micro-batch pass in llama.cpp (runtime.scheduling.prefill_budget)."""
+    """Every piece of a step is one more micro-batch pass in llama.cpp (runtime.scheduling.step_rows)."""
     h = Harness(policy="continuous", num_lanes=4, prefill_chunk=64, prefix_cache=False)
     slack = 64 // PIECE_SHARE
     first, later = h.add(1, prompt=60), h.add(1, prompt=100)
@@ -162,12 +161,11 @@ def test_newer_prompts_put_first_cannot_starve_the_oldest():
     h.run()
 
 
-def test_request_that_can_never_fit_is_rejected_at_once_and_one_that_must_wait_waits():
+def test_request_that_can_never_fit_is_named_at_admission_and_one_that_must_wait_waits():
     h = Harness(policy="continuous", num_lanes=8, kv_capacity=300)
-    with pytest.raises(RequestRejected, match="KV budget"):
-        h.add(250, prompt=100)
-    with pytest.raises(RequestRejected, match="context"):
-        h.add(h.engine.max_context, prompt=10)
+    caps, budget = h.scheduler.caps, h.scheduler.kv_budget
+    assert "more than the KV budget of 300" in unfit(100, 250, caps, budget)
+    assert "more than the context" in unfit(10, h.engine.max_context, caps, budget)
     requests = [h.add(90, prompt=100) for _ in range(4)]
     peak = 0
     while h.scheduler.has_work:

@@ -18,7 +18,7 @@ from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
 from swarm_panel.runtime.policies.batching import Admission
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
-from swarm_panel.runtime.scheduling.kv_budget import KVBudget
+from swarm_panel.runtime.scheduling.lanes import KVBudget
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from tests.helpers import Harness
 

@@ -19,7 +19,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama import context
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import ModelLoadError
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
 
@@ -53,7 +53,7 @@ def _greedy(client: openai.OpenAI, messages, max_tokens: int) -> tuple[str, int,
 
 
 def test_a_prompt_past_a_lanes_share_widens_the_default_layout(arch_model_path, caplog):
-    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_thread")
+    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_core")
     service = _service(arch_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=120) as client:
@@ -221,19 +221,19 @@ def _stream(client: openai.OpenAI, messages, max_tokens: int, reply: dict, start
 def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path, caplog):
     """Once no request has needed more than a lane for the quiet period, the layout turns split between
     two steps: the live stream recomputes on its lane and ends with the tokens a fresh server gives."""
-    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_thread")
+    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_core")
     service = _service(arch_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=120) as client:
         thread = service.engine_thread
         _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
-        assert service.describe()["kv_unified"] is True and thread.narrow_after_s == 300
+        assert service.describe()["kv_unified"] is True and thread.relayouts.narrow_after_s == 300
         reply: dict[str, object] = {}
         started = threading.Event()
         short = threading.Thread(target=_stream, args=(client, SHORT, REPLY_TOKENS, reply, started))
         short.start()
         assert started.wait(60), "the short request never streamed"
-        thread.narrow_after_s = 0.0  # the quiet period has passed
+        thread.relayouts.narrow_after_s = 0.0  # the quiet period has passed
         short.join(120)
         assert reply["tokens"] == REPLY_TOKENS and reply["finish"] == "length"
         described = service.describe()
@@ -263,7 +263,7 @@ def test_a_long_request_keeps_the_layout_wide_until_it_ends(tiny_model_path):
         long = threading.Thread(target=_stream, args=(client, long_messages, 300, reply, started, 5))
         long.start()
         assert started.wait(60), "the long request never streamed"
-        thread.narrow_after_s = 0.0
+        thread.relayouts.narrow_after_s = 0.0
         layouts = []
         while long.is_alive():
             layouts.append(service.describe()["kv_unified"])
@@ -271,16 +271,16 @@ def test_a_long_request_keeps_the_layout_wide_until_it_ends(tiny_model_path):
         assert reply["tokens"] == 300 and set(layouts) == {True}
         wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split")
         # After a widening, a max_tokens the server chooses still keeps to a lane.
-        thread.narrow_after_s = 300.0
+        thread.relayouts.narrow_after_s = 300.0
         _greedy(client, long_messages, 4)
         assert service.describe()["kv_unified"] is True
         plain = client.chat.completions.create(model="m", messages=SHORT, temperature=0, max_tokens=None,
                                                extra_body=NO_EOS)
         assert plain.usage.completion_tokens == 4096 - plain.usage.prompt_tokens
-        thread.narrow_after_s = 0.0
+        thread.relayouts.narrow_after_s = 0.0
         wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split again")
         # Held wide once the long request has widened it: with 0 s it may narrow before it is looked at.
-        thread.narrow_after_s = 300.0
+        thread.relayouts.narrow_after_s = 300.0
         _greedy(client, long_messages, 4)
         assert service.describe()["kv_unified"] is True
 
@@ -291,7 +291,7 @@ def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path)
     service = _service(tiny_model_path, kv_narrow_after_s=0)
     with running(service):
         thread = service.engine_thread
-        assert thread.narrow_after_s is None
+        assert thread.relayouts.narrow_after_s is None
         done = []
         prompt = [1] + [100 + i % 50 for i in range(5000)]
         request = Request(prompt, SamplingParams(max_tokens=4, ignore_eos=True), listener=done.append)

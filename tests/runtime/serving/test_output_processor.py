@@ -1,10 +1,10 @@
-"""swarm_panel.runtime.serving.output_processor: token ids to text, stop strings and the last-token flush, for every engine."""
+"""swarm_panel.runtime.serving.detokenize: token ids to text, stop strings and the last-token flush, for every engine."""
 
 from __future__ import annotations
 
 from swarm_panel.runtime.core.engine import Row, RowKind, Sample, StepPlan, StepResult
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
-from swarm_panel.runtime.serving.output_processor import OutputProcessor
+from swarm_panel.runtime.serving.detokenize import OutputProcessor
 from tests.helpers import Harness
 
 PIECES = {1: b" ab", 2: b"c", 3: b"d", 4: "\N{SNOWMAN}".encode()[:2], 5: "\N{SNOWMAN}".encode()[2:]}

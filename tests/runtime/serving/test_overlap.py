@@ -11,7 +11,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
-from swarm_panel.runtime.serving.engine_loop import EngineLoop
+from swarm_panel.runtime.serving.engine_core import EngineCore
 
 PROMPTS = ["the agent can call a tool", "hello world", "what is this", "we will do it", "how are you"]
 
@@ -36,7 +36,7 @@ class Watched:
 
 def run(engine: LlamaEngine, overlap: bool, sampling: list[SamplingParams]):
     watched = Watched(engine)
-    loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=4, prefill_chunk=8),
+    loop = EngineCore(Scheduler.for_engine(SchedulerConfig(policy="continuous", num_lanes=4, prefill_chunk=8),
                                            engine), watched, RealClock(), overlap=overlap)
     seen: dict[int, list[tuple[list[int], bool, bool]]] = {}
     stats_inside = []
@@ -71,7 +71,7 @@ def test_held_outputs_go_out_while_the_next_step_computes_and_change_nothing(arc
 
 def test_an_abort_comes_after_the_outputs_held_for_the_request(tiny_model_path):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=1024) as engine:
-        loop = EngineLoop(Scheduler.for_engine(SchedulerConfig(num_lanes=2), engine), engine, RealClock(),
+        loop = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=2), engine), engine, RealClock(),
                           overlap=True)
         got = []
         request = Request(engine.tokenizer.tokenize("hello world"), SamplingParams(max_tokens=50, temperature=0.0,
@@ -89,12 +89,12 @@ def test_an_abort_comes_after_the_outputs_held_for_the_request(tiny_model_path):
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_the_closed_loop_swarm_finishes_either_way(tiny_model_path, overlap, monkeypatch):
-    from swarm_panel.runtime.serving import engine_loop
+    from swarm_panel.runtime.serving import engine_core
     from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
     from swarm_panel.runtime.workloads.workload import SwarmWorkload
 
-    original = engine_loop.EngineLoop.__init__
-    monkeypatch.setattr(engine_loop.EngineLoop, "__init__",
+    original = engine_core.EngineCore.__init__
+    monkeypatch.setattr(engine_core.EngineCore, "__init__",
                         lambda self, *a, **k: original(self, *a, **{**k, "overlap": overlap}))
     workload = SwarmWorkload(agents=3, lengths=(5, 9), requests_per_agent=3, prompt_tokens=8)
     with LlamaEngine(tiny_model_path, max_lanes=3, n_ctx=1024) as engine:

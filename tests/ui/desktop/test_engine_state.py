@@ -27,7 +27,7 @@ def test_loading_serving_a_failed_step_and_a_stop_are_told():
     try:
         assert watch.update(read(service, False, False)) == [] and watch.last.state == SERVING
         thread = service.engine_thread
-        step = thread.loop.step
+        step = thread.core.step
         failures = []
 
         def fail_once():
@@ -36,7 +36,7 @@ def test_loading_serving_a_failed_step_and_a_stop_are_told():
                 raise RuntimeError("a broken kernel")
             return step()
 
-        thread.loop.step = fail_once
+        thread.core.step = fail_once
         wait_for(lambda: thread.error_count == 1, "the failed step")
         notices = watch.update(read(service, False, False))
         assert [n.title for n in notices] == ["The engine failed a step"] and watch.last.state == SERVING

@@ -16,7 +16,7 @@ from swarm_panel.runtime.llama.cpu_tuning import flash_attn_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower, distinct_tokens
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.serving.engine_thread import EngineThread
+from swarm_panel.runtime.serving.engine_core import EngineThread
 
 # Flash attention cheaper at 100 tokens, the plain path far cheaper at 1,000 (as on an Ice Lake Xeon).
 CURVE = AttentionCurve(contexts=(100, 1000), on=(0.040, 0.120), off=(0.045, 0.075), prompt_token=(0.003, 0.003))
@@ -106,7 +106,7 @@ def test_the_probe_times_the_curve_and_remembers_it(tmp_path, arch_model_path):
 
 def _run(engine: LlamaEngine, prompts: list[list[int]], follower: AttentionFollower | None) -> list[list[int]]:
     thread = EngineThread(engine, SchedulerConfig(policy="continuous", num_lanes=4, prefill_chunk=64))
-    thread.attention = follower
+    thread.relayouts.attention = follower
     done = [threading.Event() for _ in prompts]
     tokens: list[list[int]] = [[] for _ in prompts]
     thread.start()

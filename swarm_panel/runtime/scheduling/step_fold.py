@@ -1,4 +1,6 @@
-"""Builds each step's StepStats: the rows update() folds back, and what ended or was looked up since the last step.
+"""Folding a step back, for the scheduler's update(): each row into its request (`fold_row`), prefix
+ops the engine refused (`apply_refusals`), and the step's StepStats: the rows folded back, and what
+ended or was looked up since the last step.
 
 A StepTally counts one step's rows as update() walks them; the builder keeps what happens between
 records (requests that ended, for instance on abort, and prefix lookups made while planning) and
@@ -9,12 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from swarm_panel.runtime.core.engine import Row, RowKind
-from swarm_panel.runtime.core.request import Request, RequestStatus
+from swarm_panel.runtime.core.engine import Row, RowKind, StepResult
+from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, reaches_length
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.scheduling.lanes import Lane
+    from swarm_panel.runtime.scheduling.scheduler import Scheduler
 
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 _ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, RowKind.PADDING: LANE_PADDING}
@@ -23,7 +26,7 @@ _ROW_LANE_STATE = {RowKind.DECODE: LANE_DECODE, RowKind.PREFILL: LANE_PREFILL, R
 class StepTally:
     """One step's rows as update() folds them back."""
 
-    __slots__ = ("lanes", "decode_rows", "prefill_rows", "prefill_tokens", "padding_rows", "useful", "ttft", "itl")
+    __slots__ = ("decode_rows", "itl", "lanes", "padding_rows", "prefill_rows", "prefill_tokens", "ttft", "useful")
 
     def __init__(self, lanes: list[Lane]) -> None:
         # One state character per lane; a lane that holds a request but gets no row stays stalled.
@@ -113,3 +116,51 @@ class StatsBuilder:
             itl=tally.itl,
             e2e=e2e,
         )
+
+
+def fold_row(s: Scheduler, row: Row, result: StepResult, now: float, tally: StepTally) -> int:
+    """Folds one row back into its request; returns the KV tokens its lane gained."""
+    request = row.request
+    lane = s.lanes.of[request.request_id]
+    if row.kind is RowKind.PADDING:
+        lane.padding_tokens += 1
+        return 1
+    error = result.errors.get(request.request_id)
+    if error is not None:
+        s.finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, error)
+        return 0
+    computed = len(row.tokens)
+    request.num_computed_tokens += computed
+    if not row.sample:
+        return computed
+    sample = result.samples.get(request.request_id)
+    if sample is None:
+        s.finish_in_lane(lane, RequestStatus.FINISHED_ERROR, now, "the engine returned no token")
+        return computed
+    tally.useful += 1
+    if request.first_token_time is None:
+        request.first_token_time = now
+        tally.ttft.append((request.agent, now - request.arrival_time))
+    else:
+        tally.itl.append((request.agent, now - request.last_token_time))
+    request.last_token_time = now
+    request.token_ids.append(sample.token)
+    request.output_text_parts.append(sample.text)
+    if sample.stop:
+        s.finish_in_lane(lane, RequestStatus.FINISHED_STOPPED, now, None, new_token=sample)
+    elif reaches_length(request, s.caps.max_context, new_tokens=0):
+        s.finish_in_lane(lane, RequestStatus.FINISHED_LENGTH, now, None, new_token=sample)
+    else:
+        output = RequestOutput(request.request_id, [sample.token], sample.text, False)
+        s.outputs.append((request, output))
+    return computed
+
+def apply_refusals(s: Scheduler, result: StepResult) -> None:
+    """Prefix ops the engine's memory could not do: their destinations recompute from position 0,
+    and a finished sequence it could not keep leaves the cache."""
+    for request_id, why in result.refused.items():
+        lane = s.lanes.of.get(request_id)
+        if lane is not None and lane.is_live:
+            s.stats.prefix_refused(lane.request.agent, s.prefix.recompute(lane.request, why))
+        else:
+            s.prefix_cache.discard(request_id)

@@ -20,16 +20,13 @@ from fastapi.responses import Response
 from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
 from swarm_panel.app.chat.reply import ReplyParser
+from swarm_panel.app.chat.request import ChatCompletionRequest, SamplingRequest
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
-from swarm_panel.app.endpoint.access import check_name
-from swarm_panel.app.endpoint.agent_paths import agent_from_scope, with_subagent
-from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
+from swarm_panel.app.endpoint.chat_run import RECORDED, ChatRun, Choice, OutputRouter, RequestHandle, run_record
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
-from swarm_panel.app.endpoint.output_router import OutputRouter
+from swarm_panel.app.endpoint.incoming import agent_of, check_name, priority_of
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
-from swarm_panel.app.endpoint.request_handle import RequestHandle
-from swarm_panel.app.endpoint.request_records import RECORDED, run_record
 from swarm_panel.app.endpoint.streaming import (
     KEEPALIVE,
     ClientGone,
@@ -37,17 +34,15 @@ from swarm_panel.app.endpoint.streaming import (
     unless_hung_up,
     with_heartbeat,
 )
-from swarm_panel.app.openai_api.models import ChatCompletionRequest, SamplingRequest
 from swarm_panel.app.service.agent_activity import last_user_text
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import scheduler_values
-from swarm_panel.runtime.core.config import MAX_PRIORITY
 from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
-from swarm_panel.runtime.scheduling.limits import ContextExceeded, RequestRejected
-from swarm_panel.runtime.serving.engine_thread import EngineThread, EngineUnavailable
+from swarm_panel.runtime.scheduling.admission import ContextExceeded, RequestRejected, Settled
+from swarm_panel.runtime.serving.engine_core import EngineThread, EngineUnavailable
 
 # Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.
 ASKED_TAIL_TOKENS = 160
@@ -75,7 +70,7 @@ class _EngineFacts:
     sampling: dict[str, float]
 
 
-class ServerCore:
+class EngineClient:
     """The state behind one app: the service, per-request metrics and the engine's cached facts."""
 
     def __init__(self, service: SwarmService, responses: StoredResponses) -> None:
@@ -212,21 +207,21 @@ class ServerCore:
         and why max_tokens was cut, if it was."""
         if body.top_logprobs_count is not None:
             require_constraints(engine, "logprobs", "logprobs")
-        max_tokens, note = await self.admit(engine, thread, body, prompt_ids)
+        settled = await self.admit(engine, thread, body, prompt_ids)
         handles: list[RequestHandle] = []
         try:
             for choice in range(body.n):
-                handles.append(self.submit(engine, thread, body, prompt_ids, max_tokens, agent, asked, grammar,
+                handles.append(self.submit(engine, thread, body, prompt_ids, settled, agent, asked, grammar,
                                            choice, priority))
         except BaseException:
             for handle in handles:
                 handle.abort()
                 self.service.inflight.exit(agent)
             raise
-        return handles, note
+        return handles, settled.note
 
     async def admit(self, engine: Engine, thread: EngineThread, body: SamplingRequest,
-                    prompt_ids: list[int]) -> tuple[int, str | None]:
+                    prompt_ids: list[int]) -> Settled:
         """The request's max_tokens, settled once on the engine's side (EngineThread.admit: past what
         is left, cut to it, the same on every endpoint), and why it was cut; a 400 where the prompt
         alone fills the context, and where it fits only once the engine widens its KV layout, the
@@ -249,10 +244,10 @@ class ServerCore:
             raise bad_request(f"the prompt is {len(prompt_ids)} tokens, max_tokens {settled.max_tokens}; "
                               f"{self._context_holds(engine, engine.max_context)}, and {failure}",
                               code="context_length_exceeded")
-        return settled.max_tokens, settled.note
+        return settled
 
     def submit(self, engine: Engine, thread: EngineThread, body: SamplingRequest, prompt_ids: list[int],
-               max_tokens: int, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
+               settled: Settled, agent: str, asked: str | None = None, grammar: str | None = None, choice: int = 0,
                priority: int | None = None) -> RequestHandle:
         """One choice, with the max_tokens `admit` settled."""
         facts = self.facts(engine)
@@ -265,7 +260,7 @@ class ServerCore:
                                   param="logit_bias")
         try:
             sampling = SamplingParams(
-                max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                max_tokens=settled.max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                 min_p=body.min_p, seed=None if body.seed is None else body.seed + choice, logit_bias=bias,
                 presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
                 repeat_penalty=body.repeat_penalty, stop=body.stop_list, ignore_eos=body.ignore_eos,
@@ -276,11 +271,7 @@ class ServerCore:
         handle = RequestHandle(EngineRequest(prompt_ids, sampling, agent=agent, priority=priority),
                                self.router(thread), self.metrics)
         try:
-            handle.submit()
-        except RequestRejected as exc:
-            self.metrics.reject()
-            param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
-            raise bad_request(str(exc), param=param, code="context_length_exceeded") from None
+            handle.submit(settled)
         except EngineUnavailable as exc:
             raise APIError(503, str(exc), code="engine_unavailable", headers={"Retry-After": "5"}) from None
         # Left again when the response ends however it ends (ChatRun.close).
@@ -364,26 +355,6 @@ class ServerCore:
 
 # Why the server changed what the request asked (a max_tokens cut to what the context has left).
 NOTE_HEADER = "X-Swarm-Panel-Note"
-
-
-def agent_of(user: str | None, request: Request) -> str:
-    name = (agent_from_scope(request.scope) or user or request.headers.get("x-agent-name") or "").strip()
-    return with_subagent(name[:MAX_AGENT_CHARS] or "anonymous", request.headers)
-
-
-def priority_of(request: Request) -> int | None:
-    """The X-Agent-Priority header (lower is served first under the priority policy); None when absent."""
-    text = request.headers.get("x-agent-priority")
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise bad_request(f"X-Agent-Priority must be an integer (lower is served first), got {text[:40]!r}",
-                          param="X-Agent-Priority") from None
-    if abs(value) > MAX_PRIORITY:
-        raise bad_request(f"X-Agent-Priority must be within +-{MAX_PRIORITY}", param="X-Agent-Priority")
-    return value
 
 
 def engine_failure(message: str | None) -> APIError:
