@@ -29,9 +29,11 @@ class Fence:
 
     def describe(self) -> str:
         if self.kind == BWRAP:
-            return f"bubblewrap ({self.executable}): each agent writes only its worktree, its config home and /tmp"
+            return (f"bubblewrap ({self.executable}): each agent writes only its worktree, its config home and /tmp, "
+                    "and reaches only the endpoint")
         if self.kind == LANDLOCK:
-            return "Landlock (the kernel's): each agent writes only its worktree, its config home and its own temp folder"
+            return ("Landlock (the kernel's): each agent writes only its worktree, its config home and its own temp "
+                    "folder, and reaches only the endpoint")
         return f"no fence: {self.reason}"
 
 
