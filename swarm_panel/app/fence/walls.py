@@ -30,10 +30,10 @@ class Fence:
     def describe(self) -> str:
         if self.kind == BWRAP:
             return (f"bubblewrap ({self.executable}): each agent writes only its worktree, its config home and /tmp, "
-                    "and reaches only the endpoint")
+                    "and by default reaches only the endpoint")
         if self.kind == LANDLOCK:
             return ("Landlock (the kernel's): each agent writes only its worktree, its config home and its own temp "
-                    "folder, and reaches only the endpoint")
+                    "folder, and by default reaches only the endpoint")
         return f"no fence: {self.reason}"
 
 
