@@ -14,6 +14,8 @@ from swarm_panel.app.service.plan_report import device_memory, machine_ram, offl
 from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
+from swarm_panel.runtime.core.engine import EngineFacts
+from swarm_panel.runtime.llama.facts import LlamaFacts
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
 from swarm_panel.ui.panels.hub_download import HubDownload
 from swarm_panel.ui.panels.local_models import LocalModels
@@ -115,9 +117,9 @@ def choice_for(engine: str, model: str | Path | None) -> str:
     return "demo" if str(model) == DEMO_ALIAS else "gguf"
 
 
-def writes_real_text(facts: dict[str, Any]) -> bool:
+def writes_real_text(facts: EngineFacts | None) -> bool:
     """A llama.cpp model with a chat template and trained weights (not the cost model, not the demo)."""
-    return bool(facts.get("chat_template_present")) and "random" not in str(facts.get("name", "")).lower()
+    return isinstance(facts, LlamaFacts) and facts.chat_template_present and "random" not in facts.name.lower()
 
 
 class EnginePanel(QtWidgets.QGroupBox):

@@ -17,6 +17,7 @@ from swarm_panel.app.settings.backends import format_backend
 from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.fit import StepLine, ceiling_tok_s
+from swarm_panel.runtime.llama.facts import LlamaFacts
 from swarm_panel.ui.fleet.fleet_mode import NOT_MEASURED_TIP, FleetMode, embedded_only
 from swarm_panel.ui.panels.ab_run import ABRun
 from swarm_panel.ui.panels.agents_panel import AgentsPanel
@@ -311,14 +312,14 @@ class MainWindow(QtWidgets.QMainWindow):
         # No fit yet (a naive batch runs at one width): the modeled card's own line.
         self.feed.ceiling_per_batch = partial(ceiling_tok_s, measured=measured, line=line or model_line)
         num_lanes = thread.config.num_lanes if thread is not None else snapshot.num_lanes
-        facts = self.service.describe() if self.service.loaded else None
+        engine = self.service.engine if self.service.loaded else None
         self.status.show_figures(line, num_lanes, snapshot.step_rate, snapshot.mean_step_ms, model_line,
-                                 measured.get(num_lanes), threads_note(facts) if facts else "")
+                                 measured.get(num_lanes), threads_note(engine.figures() if engine else None))
         if profile is not None:
             self.ceiling_plot.set_lanes(num_lanes)
             self.ceiling_plot.show_swarm(snapshot, self.service.engine.caps.sequence_state_tokens)
-        if facts:
-            self._follow_layout(facts)
+        if engine is not None and isinstance(engine.facts, LlamaFacts):
+            self._follow_layout(engine.facts)
         self.cache_panel.update_from(snapshot)
         inflight = self.service.inflight.snapshot()
         lanes = thread.lanes() if thread is not None else ()
@@ -333,19 +334,19 @@ class MainWindow(QtWidgets.QMainWindow):
             self.agent_view.show_agent(rows[0].agent)
         self.last_snapshot = snapshot
 
-    def _follow_layout(self, facts: dict) -> None:
+    def _follow_layout(self, facts: LlamaFacts) -> None:
         """The default split KV turns unified for a request longer than a lane's share, and split again
         once none has needed more for a while; the attention kernel follows the contexts served (and a
         widened pool's own). The facts, a marker on the plots and the engine panel's status line say so
         when either happens."""
-        now = (facts.get("kv_layout"), facts.get("flash_attn"))
+        now = (facts.kv_layout, facts.flash_attn)
         before, self._kv_layout = self._kv_layout, now
         if before is None or now == before or not now[0]:
             return
-        self.engine_panel.show_facts(facts)
+        self.engine_panel.show_facts(self.service.meta())
         marks, changes = [], []
         if now[0] != before[0]:
-            if facts.get("kv_unified"):
+            if facts.kv_unified:
                 marks.append("KV unified")
                 changes.append("The KV turned unified for a request longer than a lane's share")
             else:
@@ -356,7 +357,7 @@ class MainWindow(QtWidgets.QMainWindow):
             if now[0] != before[0]:  # the layout's own kernel: its reason is in the facts
                 changes[-1] += f", and flash attention {now[1]}"
             else:
-                reason = str(facts.get("flash_attn_reason", "")).partition(": ")[2]
+                reason = facts.flash_attn_reason.partition(": ")[2]
                 changes.append(f"Flash attention turned {now[1]}" + (f" ({reason})" if reason else ""))
         self.feed.mark(", ".join(marks))
         self.engine_panel.status.setText(f"Loaded. {'. '.join(changes)}. The requests live then recomputed their KV.")
@@ -473,9 +474,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _engine_ready(self) -> None:
         self._step_line = None
-        facts = self.service.describe()
-        self.engine_panel.show_facts(facts)
-        self._kv_layout = (facts.get("kv_layout"), facts.get("flash_attn"))
+        self.engine_panel.show_facts(self.service.meta())
+        facts = self.service.engine.facts if self.service.loaded else None
+        self._kv_layout = (facts.kv_layout, facts.flash_attn) if isinstance(facts, LlamaFacts) else (None, None)
         self.launcher.suit_engine(writes_real_text(facts))
         settings = self.service.settings
         self.engine_panel.select(settings.engine, str(settings.model) if settings.model else None,
@@ -523,7 +524,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def export_figures(self, path: str) -> None:
         snapshot = self.service.metrics.snapshot()
-        extra = {"scheduler": None, "engine": self.service.describe(), "ab_results": self.ab.chart.results,
+        extra = {"scheduler": None, "engine": self.service.meta(), "ab_results": self.ab.chart.results,
                  "endpoint": self.url}
         if self.service.loaded:
             extra["scheduler"] = scheduler_values(self.service.engine_thread.config)
