@@ -34,7 +34,8 @@ from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCur
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
 from swarm_panel.runtime.llama.device_fit import device_shortfall
 from swarm_panel.runtime.llama.devices import idle_gpu_backends
-from swarm_panel.runtime.llama.facts import DecodeCallFit, LlamaFacts, LlamaFigures
+from swarm_panel.runtime.llama.facts import LlamaFacts, LlamaFigures
+from swarm_panel.runtime.llama.figures import live_figures
 from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, default_threads, device_name, on_cpu
 from swarm_panel.runtime.llama.prefix_ops import PrefixOps
 from swarm_panel.runtime.llama.runner import StepRunner
@@ -208,25 +209,7 @@ class LlamaEngine:
             backend_sampling=self.backend_sampling, backend_sampling_reason=self.backend_sampling_reason)
 
     def figures(self) -> LlamaFigures:
-        context, seqs, governor = self._context, self._sequences, self._governor
-        parked, store, checkpoints = seqs.parked, context.prefix_store, context.checkpoints
-        fit = context.call_cost.coefficients if context.call_cost is not None else None
-        return LlamaFigures(
-            recurrent_state_bytes=context.memory.state_bytes,
-            parked_sequences=len(parked), parked_bytes=parked.num_bytes,
-            park_budget_bytes=parked.budget_bytes if seqs.parks_cached or seqs.parks_evicted else 0,
-            n_threads=self.n_threads, threads_follow_contention=governor is not None,
-            threads_most=self.n_threads if governor is None else governor.most,
-            other_processes_cpu_cores=None if governor is None else round(governor.others_cores, 2),
-            split_steps=self._runner.split_steps,
-            decode_call_fit=None if fit is None else DecodeCallFit(round(fit.ubatch_ms, 3), round(fit.row_ms, 3),
-                                                                   round(1e3 * fit.cell_ms, 4)),
-            stored_prefixes=0 if store is None else len(store),
-            stored_prefix_bytes=0 if store is None else store.num_bytes,
-            prefix_store_budget_bytes=0 if store is None else store.budget_bytes,
-            checkpoints=0 if checkpoints is None else len(checkpoints),
-            checkpoint_bytes=0 if checkpoints is None else checkpoints.num_bytes,
-            checkpoint_budget_bytes=0 if checkpoints is None else checkpoints.budget_bytes)
+        return live_figures(self._context, self._sequences, self._runner, self.n_threads, self._governor)
 
     # ----- the step -----
 
