@@ -45,7 +45,7 @@ def generate(model: str | None, max_tokens: int) -> dict:
             while loop.scheduler.has_work:
                 loop.step()
             replies.append(request.output_token_ids)
-        device = engine.describe()["device"]
+        device = engine.facts.device
     return {"model": str(path), "device": device, "on_cpu": on_cpu(-1), "replies": replies}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swarm_panel.app.service.engine_factory import build_engine
+from swarm_panel.runtime.core.engine import engine_meta
 from swarm_panel.runtime.llama.backend_sampling import software
 from swarm_panel.runtime.llama.devices import offload_devices
 from swarm_panel.runtime.llama.engine import LlamaEngine
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 def test_the_engine_names_the_device_and_its_memory(tiny_model_path, _offloaded):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=512) as engine:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert engine.computes_async and facts["n_gpu_layers"] == -1
     assert facts["device"].startswith(f"{_offloaded.name}: {_offloaded.description}")
     assert _offloaded.total_bytes > 0 and 0 < _offloaded.free_bytes <= _offloaded.total_bytes
@@ -25,7 +26,7 @@ def test_the_engine_names_the_device_and_its_memory(tiny_model_path, _offloaded)
 def test_auto_puts_sampling_in_the_graph_where_it_holds_and_says_why(tiny_model_path, _offloaded):
     engine = build_engine("llama", realtime=True, max_lanes=2, model=tiny_model_path, n_ctx=512)
     try:
-        facts = engine.describe()
+        facts = engine_meta(engine)
     finally:
         engine.close()
     if software(_offloaded):
@@ -61,7 +62,7 @@ def test_a_vulkan_build_without_a_device_runs_on_the_cpu_and_says_so_once(tiny_m
     script = ("import logging; logging.basicConfig(format='%(levelname)s %(message)s')\n"
               "from swarm_panel.runtime.llama.engine import LlamaEngine\n"
               f"with LlamaEngine({str(tiny_model_path)!r}, max_lanes=2, n_ctx=512, n_gpu_layers=-1) as e:\n"
-              "    print('device:', e.describe()['device'], e.computes_async)\n")
+              "    print('device:', e.facts.device, e.computes_async)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "device: CPU (this Vulkan build found no device) False" in done.stdout

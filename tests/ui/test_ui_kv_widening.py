@@ -47,7 +47,7 @@ def test_the_panel_shows_the_layout_widening_and_narrowing(qtbot, no_user_config
         win.grab().save(str(tmp_path / "widened.png"))
 
         service.engine_thread.relayouts.narrow_after_s = 0.0  # the quiet period has passed
-        qtbot.waitUntil(lambda: service.describe()["kv_unified"] is False, timeout=30000)
+        qtbot.waitUntil(lambda: service.engine.facts.kv_unified is False, timeout=30000)
         win.refresh()
         win._refresh_slow(service.engine_thread)
         layout = win.engine_panel.shown_facts()["KV layout"]

@@ -319,7 +319,7 @@ def test_the_ceiling_is_measured_at_the_running_width_else_the_last_fit(window, 
 
 
 def test_the_status_bar_says_when_a_neighbour_took_llama_cpp_threads(window, monkeypatch):
-    facts = window.service.describe()
+    facts = window.service.meta()
     window._refresh_slow(window.service.engine_thread)
     assert "threads" not in window.status.rate.text()
     monkeypatch.setattr(window.service, "describe", lambda: dict(facts, n_threads=1, threads_most=2,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import httpx
 from PySide6 import QtCore
 
 from swarm_panel.app.server.http_server import ThreadedHttpServer
+from swarm_panel.runtime.llama.facts import LlamaFacts
+from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.ui.panels.engine_panel import EnginePanel, choice_for, engine_changes, writes_real_text
 from swarm_panel.ui.shell.app_main import _settings
 from swarm_panel.ui.toolkit.settings_store import SettingsStore
@@ -58,9 +61,13 @@ def test_the_engine_box_shows_threads_extra_buffers_and_the_model_kind(qtbot):
 
 
 def test_real_text_is_told_apart_from_the_cost_model_and_the_demo():
-    assert writes_real_text({"name": "SmolLM2-135M-Instruct", "chat_template_present": True})
-    assert not writes_real_text({"name": "swarm-panel demo (random weights)", "chat_template_present": True})
-    assert not writes_real_text({"engine": "modeled", "name": "Qwen3.5-9B on RX 9070 XT"})
+    def llama(**given) -> LlamaFacts:
+        return LlamaFacts(**{f.name: None for f in fields(LlamaFacts)} | given)
+
+    assert writes_real_text(llama(name="SmolLM2-135M-Instruct", chat_template_present=True))
+    assert not writes_real_text(llama(name="swarm-panel demo (random weights)", chat_template_present=True))
+    assert not writes_real_text(ModeledEngine().facts)
+    assert not writes_real_text(None)
 
 
 def test_the_launcher_runs_fixed_lengths_on_the_cost_model_and_real_agents_need_the_endpoint(window):

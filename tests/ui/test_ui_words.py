@@ -80,7 +80,7 @@ def engine_contexts(window) -> tuple[str, str]:
 
 
 def test_the_engine_box_names_the_context_a_request_and_of_all_lanes(window):  # noqa: F811
-    facts = window.service.describe()
+    facts = window.service.meta()
     assert engine_contexts(window) == (f"{facts['n_ctx']:,}", f"{facts['kv_capacity_tokens']:,}")
 
 

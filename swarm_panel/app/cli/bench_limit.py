@@ -129,11 +129,10 @@ def ours(args: argparse.Namespace, width: int) -> tuple[float, dict, dict]:
                 produced += stats.useful_tokens
         elapsed = time.perf_counter() - started
         times = loop.account.totals().minus(before).as_dict()
-        facts = engine.describe()
-        setup = {"n_threads": facts["n_threads"], "flash_attn": facts["flash_attn"],
-                 "backend_sampling": facts.get("backend_sampling"), "n_gpu_layers": facts["n_gpu_layers"],
-                 "extra_buffers": facts["extra_buffers"],
-                 "model": str(engine.path)}
+        facts = engine.facts
+        setup = {"n_threads": engine.n_threads, "flash_attn": facts.flash_attn,
+                 "backend_sampling": facts.backend_sampling, "n_gpu_layers": facts.n_gpu_layers,
+                 "extra_buffers": facts.extra_buffers, "model": str(engine.path)}
     finally:
         engine.close()
     return produced / elapsed, times, setup

@@ -72,8 +72,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         return 1
     try:
         await http.start()
-        facts = service.describe()
-        print(f"serving {facts.get('name') or settings.engine} on {http.url}/v1 (Ctrl-C stops)",
+        print(f"serving {service.engine.facts.name or settings.engine} on {http.url}/v1 (Ctrl-C stops)",
               file=sys.stderr, flush=True)
         if ready is not None:
             ready.set()

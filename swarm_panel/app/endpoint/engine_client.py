@@ -40,6 +40,7 @@ from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.engine import Engine
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
+from swarm_panel.runtime.llama.facts import LlamaFacts
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
 from swarm_panel.runtime.scheduling.admission import ContextExceeded, RequestRejected, Settled
 from swarm_panel.runtime.serving.engine_core import EngineThread, EngineUnavailable
@@ -98,16 +99,16 @@ class EngineClient:
     def facts(self, engine: Engine) -> _EngineFacts:
         facts = self._facts
         if facts is None or facts.engine is not engine:
-            described = engine.describe()
-            n_vocab = described.get("n_vocab")
+            known = engine.facts
+            n_vocab = known.n_vocab if isinstance(known, LlamaFacts) else None
             facts = self._facts = _EngineFacts(
                 engine=engine,
-                model_id=str(described.get("name") or engine.name),
+                model_id=str(known.name or engine.name),
                 bos=engine.tokenizer.tokenize("", add_special=True, parse_special=True),
                 n_vocab=int(n_vocab) if n_vocab else None,
                 tool_format=detect_format(engine.tokenizer.chat_template),
                 think=think_tags(engine.tokenizer.chat_template),
-                sampling=self._sampling_defaults(described.get("recommended_sampling") or {}),
+                sampling=self._sampling_defaults(known.recommended()),
             )
         return facts
 
@@ -131,10 +132,10 @@ class EngineClient:
     def _context_holds(self, engine: Engine, limit: int) -> str:
         """How much context a request may have, and, where split KV is what caps it, how to give it more:
         coding agents' first prompts (Codex's 9k tokens, Claude Code's 21k) pass a lane's default share."""
-        described = engine.describe()
+        facts = engine.facts
         n_ctx = self.service.settings.n_ctx
-        if described.get("kv_unified") is False and limit == engine.max_context and limit < n_ctx:
-            return (f"each lane's context holds {limit} (split KV: n_ctx {n_ctx} over {described.get('max_lanes')} "
+        if isinstance(facts, LlamaFacts) and not facts.kv_unified and limit == engine.max_context and limit < n_ctx:
+            return (f"each lane's context holds {limit} (split KV: n_ctx {n_ctx} over {facts.max_lanes} "
                     "lanes); a bigger --n-ctx, a smaller --num-lanes or --kv-unified gives a request more")
         return f"the context holds {limit}"
 

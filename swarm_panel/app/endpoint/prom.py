@@ -18,8 +18,10 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from swarm_panel.runtime.core.engine import EngineFacts, EngineFigures
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.core.step_account import PART_LABELS, PARTS, StepTotals
+from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.runtime.policies.agent_service import AgentTotals
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
@@ -122,8 +124,8 @@ class SwarmCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         service, server = self.service, self.server
-        facts = _facts(service)
-        model = str(facts.get("name") or facts.get("engine") or "")
+        facts, figures = _read_engine(service)
+        model = facts.name if facts is not None else ""
         labels = {"model_name": model}
         names = list(labels)
         values = list(labels.values())
@@ -183,11 +185,11 @@ class SwarmCollector(Collector):
                     snap.tok_s)
         yield gauge("mean_step_seconds", "Mean step duration, over the last few seconds", snap.mean_step_ms / 1e3)
         yield counter("steps", "Engine steps since the engine was loaded", snap.steps)
-        if facts.get("n_threads"):
-            yield gauge("cpu_threads", "llama.cpp's CPU threads now", facts["n_threads"])
-        if facts.get("other_processes_cpu_cores") is not None:
+        if isinstance(figures, LlamaFigures) and figures.n_threads:
+            yield gauge("cpu_threads", "llama.cpp's CPU threads now", figures.n_threads)
+        if isinstance(figures, LlamaFigures) and figures.other_processes_cpu_cores is not None:
             yield gauge("other_processes_cpu_cores", "Cores other processes used on this engine's CPUs, "
-                        "which its threads leave them", facts["other_processes_cpu_cores"])
+                        "which its threads leave them", figures.other_processes_cpu_cores)
         yield gauge("num_lanes", "Most lanes the scheduler may fill", config.num_lanes)
         yield gauge("prefill_chunk", "Prompt tokens a step may carry beside its decodes", config.prefill_chunk)
         policy = GaugeMetricFamily(PREFIX + "scheduler_policy", "The batching policy in force (1) and the others (0)",
@@ -261,11 +263,12 @@ def _thread_of(service: SwarmService):
         return None
 
 
-def _facts(service: SwarmService) -> dict:
+def _read_engine(service: SwarmService) -> tuple[EngineFacts | None, EngineFigures | None]:
     try:
-        return service.describe()
-    except Exception:  # noqa: BLE001 - a scrape must not fail on a half-loaded engine
-        return {}
+        engine = service.engine
+        return engine.facts, engine.figures()
+    except Exception:  # noqa: BLE001 - a scrape must not fail on a half-loaded (or unloaded) engine
+        return None, None
 
 
 def build_registry(service: SwarmService, server_metrics: ServerMetrics,

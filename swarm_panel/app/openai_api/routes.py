@@ -35,6 +35,7 @@ from swarm_panel.app.openai_api.models import (
     completion_logprobs,
 )
 from swarm_panel.app.openai_api.stream import ChunkMaker, chat_stream, completion_stream
+from swarm_panel.runtime.core.engine import engine_meta
 
 
 def chat_message(choice: Choice) -> ResponseMessage:
@@ -113,7 +114,7 @@ def openai_router(server: EngineClient) -> APIRouter:
     def model_card() -> dict[str, Any]:
         engine, _ = server.engine()
         return {"id": server.facts(engine).model_id, "object": "model", "created": server.created,
-                "owned_by": "swarm-panel", "meta": engine.describe()}
+                "owned_by": "swarm-panel", "meta": engine_meta(engine)}
 
     @v1.get("/models")
     async def models():

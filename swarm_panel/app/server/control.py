@@ -15,6 +15,7 @@ from swarm_panel.app.endpoint.errors import bad_request
 from swarm_panel.app.endpoint.incoming import ADMIN, READ, guard, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
 from swarm_panel.app.settings.fields import field_spec
+from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
 
 
@@ -87,7 +88,7 @@ def control_router(server: EngineClient) -> APIRouter:
             {"status": status, "model": server.facts(engine).model_id, "engine": engine.name,
              "running": thread.num_running, "waiting": thread.num_waiting, "engine_errors": thread.error_count,
              "steps": thread.snapshot().step, "engine_busy_s": round(thread.busy_s, 3),
-             "threads": engine.describe().get("n_threads")},
+             "threads": threads.n_threads if isinstance(threads := engine.figures(), LlamaFigures) else None},
             status_code=200 if thread.alive else 503,
         )
 

@@ -19,7 +19,7 @@ from swarm_panel.app.service.prompt_progress import ProgressLog
 from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.core.engine import Engine, engine_meta
 from swarm_panel.runtime.serving.engine_core import EngineThread
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 
@@ -156,5 +156,7 @@ class SwarmService:
         self.settings = Settings(**(self.settings.model_dump() | changes))
         self.start()
 
-    def describe(self) -> dict[str, Any]:
-        return self.engine.describe() if self._engine is not None else {"engine": None, "error": self.load_error}
+    def meta(self) -> dict[str, Any]:
+        """The engine's facts and figures as one dict for the panel's engine box and its export; without
+        an engine, why not."""
+        return engine_meta(self.engine) if self._engine is not None else {"engine": None, "error": self.load_error}

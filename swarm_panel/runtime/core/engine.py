@@ -221,6 +221,26 @@ class EngineFacts:
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k not in self.OMIT_WHEN_NONE}
 
+    def recommended(self) -> dict[str, float]:
+        """The sampling the model's file recommends (a GGUF's general.sampling.* keys); none unless an
+        engine's facts say so."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    """What an engine holds now (checkpoints; the llama engine's parked and stored sequences, threads):
+    read when asked, unlike the facts, which change only with the layout. Each engine has its subclass."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def engine_meta(engine: Engine) -> dict[str, Any]:
+    """The facts and the figures as one JSON object, the one place they become a dict: /v1/models' meta,
+    the panel's engine box and its export."""
+    return dict(engine.facts.as_dict(), **engine.figures().as_dict())
+
 
 class Tokenizer(Protocol):
     """Text and tokens for the HTTP loop's thread: an object apart from the engine's step, so that it
@@ -275,9 +295,8 @@ class Engine(Protocol):
         recompute. Raises EngineError, with the old layout back, where it cannot be made."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """The facts and the live figures (checkpoints, parked sequences...) as one dict, for the panel's
-        grid, /v1/models' meta and /metrics."""
+    def figures(self) -> EngineFigures:
+        """What it holds now (checkpoints, parked sequences...), read on any thread."""
         ...
 
     def close(self) -> None: ...

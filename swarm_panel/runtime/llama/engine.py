@@ -24,7 +24,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import llama_cpp
 
@@ -35,9 +34,9 @@ from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCur
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
 from swarm_panel.runtime.llama.device_fit import device_shortfall
 from swarm_panel.runtime.llama.devices import idle_gpu_backends
+from swarm_panel.runtime.llama.facts import LlamaFacts, LlamaFigures
 from swarm_panel.runtime.llama.figures import live_figures
 from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, default_threads, device_name, on_cpu
-from swarm_panel.runtime.llama.model_info import LlamaFacts
 from swarm_panel.runtime.llama.prefix_ops import PrefixOps
 from swarm_panel.runtime.llama.runner import StepRunner
 from swarm_panel.runtime.llama.sequences import Sequences
@@ -209,9 +208,8 @@ class LlamaEngine:
             extra_buffers=self.extra_buffers, extra_buffers_reason=self.extra_buffers_reason,
             backend_sampling=self.backend_sampling, backend_sampling_reason=self.backend_sampling_reason)
 
-    def describe(self) -> dict[str, Any]:
-        return dict(self.facts.as_dict(), **live_figures(self._context, self._sequences, self._runner,
-                                                          self.n_threads, self._governor))
+    def figures(self) -> LlamaFigures:
+        return live_figures(self._context, self._sequences, self._runner, self.n_threads, self._governor)
 
     # ----- the step -----
 

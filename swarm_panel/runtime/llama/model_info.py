@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
-
-from swarm_panel.runtime.core.engine import EngineFacts
 
 # A trailing quantization tag in a file name: ".Q4_1", "-Q4_K_M", "-IQ3_XS", "-f16", ".bf16".
 _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d[\w]*|[Ff]16|[Ff]32|[Bb][Ff]16)$")
@@ -170,37 +167,3 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaFacts(EngineFacts):
-    """The llama engine's facts: its GGUF's (`model_facts`) and its context's layout and settings."""
-
-    gguf_name: str | None
-    path: str
-    architecture: str | None
-    description: str
-    n_params: int
-    file_size_bytes: int
-    file_type: str | None
-    quantization: str | None
-    n_vocab: int
-    n_embd: int
-    n_layer: int
-    context_length_train: int
-    chat_template_present: bool
-    recommended_sampling: dict[str, float]
-    gpu_offload_supported: bool
-    system_info: str
-    n_batch: int
-    max_lanes: int
-    cache_slots: int
-    kv_unified: bool
-    kv_layout: str
-    flash_attn: str | bool
-    flash_attn_reason: str
-    n_gpu_layers: int
-    extra_buffers: bool
-    extra_buffers_reason: str
-    backend_sampling: bool
-    backend_sampling_reason: str

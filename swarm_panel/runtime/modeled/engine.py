@@ -28,6 +28,7 @@ from swarm_panel.runtime.core.engine import (
     EngineCaps,
     EngineError,
     EngineFacts,
+    EngineFigures,
     PrefixOpKind,
     RelayoutKind,
     RowKind,
@@ -65,6 +66,12 @@ class ModeledFacts(EngineFacts):
     reference_context: int
     kv_read_ns_per_token: float
     engine: str = "modeled"
+
+
+@dataclass(frozen=True, slots=True)
+class ModeledFigures(EngineFigures):
+    checkpoints: int
+    checkpoint_bytes: int
 
 
 class ModeledEngine:
@@ -138,10 +145,10 @@ class ModeledEngine:
                 device_s = delay
         return StepResult(samples=samples, duration_s=duration, device_s=device_s)
 
-    def describe(self) -> dict[str, Any]:
+    def figures(self) -> ModeledFigures:
         checkpoints = self.checkpoints
-        return dict(self.facts.as_dict(), checkpoints=len(checkpoints) if checkpoints is not None else 0,
-                    checkpoint_bytes=checkpoints.num_bytes if checkpoints is not None else 0)
+        return ModeledFigures(len(checkpoints) if checkpoints is not None else 0,
+                              checkpoints.num_bytes if checkpoints is not None else 0)
 
     def relayout(self, kind: RelayoutKind, why: str, flash_attn: str | None = None) -> None:
         raise EngineError(f"the modeled card's layout is fixed: it does not {kind.value}")

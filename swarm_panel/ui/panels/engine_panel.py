@@ -14,6 +14,8 @@ from swarm_panel.app.service.plan_report import device_memory, machine_ram, offl
 from swarm_panel.app.settings.fields import choices, field_spec
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SPLIT_KV_MIN_LANE_TOKENS
+from swarm_panel.runtime.core.engine import EngineFacts
+from swarm_panel.runtime.llama.facts import LlamaFacts
 from swarm_panel.ui.panels.backends_editor import BackendsEditor
 from swarm_panel.ui.panels.hub_download import HubDownload
 from swarm_panel.ui.panels.local_models import LocalModels
@@ -115,9 +117,9 @@ def choice_for(engine: str, model: str | Path | None) -> str:
     return "demo" if str(model) == DEMO_ALIAS else "gguf"
 
 
-def writes_real_text(facts: dict[str, Any]) -> bool:
+def writes_real_text(facts: EngineFacts | None) -> bool:
     """A llama.cpp model with a chat template and trained weights (not the cost model, not the demo)."""
-    return bool(facts.get("chat_template_present")) and "random" not in str(facts.get("name", "")).lower()
+    return isinstance(facts, LlamaFacts) and facts.chat_template_present and "random" not in facts.name.lower()
 
 
 class EnginePanel(QtWidgets.QGroupBox):
@@ -191,12 +193,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.warning = QtWidgets.QLabel("")
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
-        # Two label/value pairs a row: the right column is narrow and shares its height with four panels.
-        self.facts = QtWidgets.QGridLayout()
-        self.facts.setVerticalSpacing(1)
-        self.facts.setHorizontalSpacing(8)
-        self.facts.setColumnStretch(1, 1)
-        self.facts.setColumnStretch(3, 1)
+        self.facts = FactsGrid()
         self.choice.currentIndexChanged.connect(self._choice_changed)
         self.layout_choice.currentIndexChanged.connect(self.refresh_plan)
         self.kv_type.currentIndexChanged.connect(self._kv_type_changed)
@@ -391,12 +388,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.load.setEnabled(True)
         self.unload.setEnabled(True)
         self.kv_type.setEnabled(True)
-        while self.facts.count():
-            # Hidden at once: deleteLater waits for the event loop, and a grab or paint before it would
-            # show the old facts under the new ones.
-            old = self.facts.takeAt(0).widget()
-            old.hide()
-            old.deleteLater()
+        self.facts.clear()
         if not loaded:
             self.status.setText("No engine loaded." + (f" {facts['error']}" if facts and facts.get("error") else ""))
             self.warning.setText("")
@@ -405,16 +397,7 @@ class EnginePanel(QtWidgets.QGroupBox):
         self.status.setText("Loaded.")
         self.status.setStyleSheet(f"color: {theme.MINT}")
         facts = {"engine": "llama.cpp", **facts} if "engine" not in facts else facts
-        shown = [(title, _format(key, facts[key]), FACT_TIPS.get(key, "")) for key, title in FACT_LABELS.items()
-                 if facts.get(key) is not None and key not in WIDE_FACTS
-                 and not (key == "quantization" and "file_type" in facts)]
-        for i, (title, text, tip) in enumerate(shown):
-            self._add_fact(i // 2, 2 * (i % 2), title, text, tip=tip)
-        row = (len(shown) + 1) // 2
-        for key in WIDE_FACTS:
-            if facts.get(key) is not None:
-                self._add_fact(row, 0, FACT_LABELS[key], _format(key, facts[key]), span=3)
-                row += 1
+        self.facts.fill(facts)
         self.setToolTip("\n".join(f"{k}: {v}" for k, v in facts.items()))
         self.note.setText(facts.get("note") or "")
         notes = []
@@ -426,18 +409,53 @@ class EnginePanel(QtWidgets.QGroupBox):
 
     def shown_facts(self) -> dict[str, str]:
         """What the facts grid shows, title -> text."""
-        cells = [self.facts.itemAt(i).widget().text() for i in range(self.facts.count())]
+        return self.facts.shown()
+
+
+class FactsGrid(QtWidgets.QGridLayout):
+    """The engine's facts as the box shows them: two label/value pairs a row, as the right column is
+    narrow and shares its height with four panels; a long one (WIDE_FACTS) on a row of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setVerticalSpacing(1)
+        self.setHorizontalSpacing(8)
+        self.setColumnStretch(1, 1)
+        self.setColumnStretch(3, 1)
+
+    def clear(self) -> None:
+        while self.count():
+            # Hidden at once: deleteLater waits for the event loop, and a grab or paint before it would
+            # show the old facts under the new ones.
+            old = self.takeAt(0).widget()
+            old.hide()
+            old.deleteLater()
+
+    def fill(self, facts: dict[str, Any]) -> None:
+        shown = [(title, _format(key, facts[key]), FACT_TIPS.get(key, "")) for key, title in FACT_LABELS.items()
+                 if facts.get(key) is not None and key not in WIDE_FACTS
+                 and not (key == "quantization" and "file_type" in facts)]
+        for i, (title, text, tip) in enumerate(shown):
+            self._add(i // 2, 2 * (i % 2), title, text, tip=tip)
+        row = (len(shown) + 1) // 2
+        for key in WIDE_FACTS:
+            if facts.get(key) is not None:
+                self._add(row, 0, FACT_LABELS[key], _format(key, facts[key]), span=3)
+                row += 1
+
+    def shown(self) -> dict[str, str]:
+        cells = [self.itemAt(i).widget().text() for i in range(self.count())]
         return dict(zip(cells[0::2], cells[1::2]))
 
-    def _add_fact(self, row: int, column: int, title: str, text: str, span: int = 1, tip: str = "") -> None:
+    def _add(self, row: int, column: int, title: str, text: str, span: int = 1, tip: str = "") -> None:
         caption = QtWidgets.QLabel(title)
         caption.setToolTip(tip)
         caption.setStyleSheet(f"color: {theme.TEXT_DIM}")
         value = QtWidgets.QLabel(text)
         value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         value.setWordWrap(True)  # a long value (a card's name) takes a second line, never the column's width
-        self.facts.addWidget(caption, row, column)
-        self.facts.addWidget(value, row, column + 1, 1, span)
+        self.addWidget(caption, row, column)
+        self.addWidget(value, row, column + 1, 1, span)
 
 
 class Loader(QtCore.QObject):

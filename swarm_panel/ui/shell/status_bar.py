@@ -6,7 +6,9 @@ from __future__ import annotations
 from PySide6 import QtCore, QtWidgets
 
 from swarm_panel.runtime.core.careful_write import on_unwritable, unwritable_folders
+from swarm_panel.runtime.core.engine import EngineFigures
 from swarm_panel.runtime.core.fit import StepLine
+from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.ui.toolkit.elided_label import ElidedLabel
 
 
@@ -75,10 +77,12 @@ class StatusBar(QtWidgets.QStatusBar):
         self.address.setText(url or "not listening")
 
 
-def threads_note(facts: dict) -> str:
+def threads_note(figures: EngineFigures | None) -> str:
     """What a user should know when fewer threads run than the engine was given, else ''."""
-    threads, most = facts.get("n_threads"), facts.get("threads_most")
+    if not isinstance(figures, LlamaFigures):
+        return ""
+    threads, most = figures.n_threads, figures.threads_most
     if not threads or not most or threads >= most:
         return ""
-    others = facts.get("other_processes_cpu_cores") or 0.0
+    others = figures.other_processes_cpu_cores or 0.0
     return f"llama.cpp on {threads} of {most} threads: other processes use {others:.1f} cores"

@@ -47,7 +47,7 @@ def test_every_agents_next_turn_resumes_its_conversation_and_answers_as_a_fresh_
              for a in range(AGENTS)]
     firsts = turn_all(server, chats, names)
     # Two streams, four conversations: the two evicted for the later agents' lanes are parked.
-    assert server.service.describe()["kv_layout"].startswith("split KV")
+    assert server.service.engine.facts.kv_layout.startswith("split KV")
     assert gauge(server, "swarm_panel:parked_sequences") == AGENTS - 2
     assert gauge(server, "swarm_panel:parked_sequence_bytes") > 0
     nexts = [chat + [{"role": "assistant", "content": first.choices[0].message.content},

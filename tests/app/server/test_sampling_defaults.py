@@ -3,21 +3,29 @@ gets the server's default, else the model's recommended sampling, else the API's
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import httpx
 import pytest
 
 from swarm_panel.runtime.llama import model_info
-from swarm_panel.runtime.modeled.engine import ModeledEngine
+from swarm_panel.runtime.modeled.engine import ModeledEngine, ModeledFacts
 from tests.app.server.test_server_common import modeled_service, running
 
 RECOMMENDED = {"temperature": 0.3, "top_p": 0.8, "top_k": 20}
 
 
+class RecommendingFacts(ModeledFacts):
+    def recommended(self) -> dict[str, float]:
+        return dict(RECOMMENDED)
+
+
 class Recommending(ModeledEngine):
     """A modeled card whose model file recommends sampling, as a GGUF's general.sampling.* keys do."""
 
-    def describe(self):
-        return dict(super().describe(), recommended_sampling=dict(RECOMMENDED))
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.facts = RecommendingFacts(**{f.name: getattr(self.facts, f.name) for f in fields(self.facts)})
 
 
 BODIES = {

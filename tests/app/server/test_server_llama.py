@@ -35,7 +35,7 @@ def test_chat_non_stream_exact_tokens(client, llama):
     assert result.usage.completion_tokens == 12
     assert result.choices[0].finish_reason == "length"
     assert isinstance(result.choices[0].message.content, str)
-    assert result.model == llama.service.describe()["name"]
+    assert result.model == llama.service.engine.facts.name
 
 
 def test_concurrent_streams_with_usage(llama):

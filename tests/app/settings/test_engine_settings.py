@@ -5,6 +5,7 @@ from __future__ import annotations
 from swarm_panel.app.cli.main import build_parser
 from swarm_panel.app.cli.serve import settings_from_args
 from swarm_panel.app.service.engine_factory import engine_for
+from swarm_panel.runtime.core.engine import engine_meta
 
 
 def test_serve_flags_reach_the_hybrid_engine(tiny_qwen35_model_path, monkeypatch, tmp_path):
@@ -14,7 +15,7 @@ def test_serve_flags_reach_the_hybrid_engine(tiny_qwen35_model_path, monkeypatch
     settings = settings_from_args(args)
     engine = engine_for(settings, realtime=True, max_lanes=2)
     try:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert facts["memory_kind"] == "hybrid"
         assert facts["checkpoint_budget_bytes"] == 3 << 20
         assert facts["n_threads"] == 1 and facts["extra_buffers"] is False
@@ -39,7 +40,7 @@ def test_the_default_layout_and_attention_follow_the_lane_share_and_the_device(t
                                           "--extra-buffers", "off", "--n-ctx", str(n_ctx)])
         engine = engine_for(settings_from_args(args), realtime=True, max_lanes=lanes)
         try:
-            facts = engine.describe()
+            facts = engine_meta(engine)
             layouts[lanes, n_ctx] = facts["kv_unified"]
             # This build has no GPU: flash attention is what the probe timed faster on this CPU, in this
             # layout, timed once per layout.

@@ -103,4 +103,4 @@ def test_the_modeled_hybrid_card_charges_a_state_per_sequence_and_reuses_only_at
     # The common prefix is the system message plus nothing: resumed exactly at its checkpoint.
     assert [(op.source, op.num_tokens) for op in copies] == [(first, len(system))]
     # One checkpoint, at the system message's end: each prompt ends 10 tokens past it, too near for a cut.
-    assert engine.describe()["memory_kind"] == "hybrid" and engine.describe()["checkpoints"] == 1
+    assert engine.facts.memory_kind == "hybrid" and engine.figures().checkpoints == 1

@@ -11,7 +11,7 @@ import pytest
 
 from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan, engine_meta
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
@@ -77,19 +77,19 @@ def system_prompt(engine) -> list[int]:
 
 
 def test_the_engine_knows_a_hybrid_and_publishes_its_checkpoints(engine, tiny_model_path):
-    facts = engine.describe()
+    facts = engine_meta(engine)
     assert facts["memory_kind"] == "hybrid" and facts["checkpoints"] == 0 and facts["checkpoint_bytes"] == 0
     loop = make_loop(engine)
     request = Request(system_prompt(engine) + [300] * 20, greedy(3), checkpoint_positions=(SYSTEM,))
     loop.scheduler.add(request, loop.clock.now())
     drain(loop)
-    facts = engine.describe()
+    facts = engine_meta(engine)
     # One at the system prompt's end, one at the prompt's end but its last token.
     assert facts["checkpoints"] == 2 and facts["checkpoint_bytes"] == 2 * facts["recurrent_state_bytes"] > 0
     assert loop.steps[-1].checkpoints == 2 and loop.steps[-1].checkpoint_bytes == facts["checkpoint_bytes"]
     finish(loop)
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=256, n_batch=64) as plain:
-        assert plain.describe()["memory_kind"] == "attention" and plain.checkpoints is None
+        assert plain.facts.memory_kind == "attention" and plain.checkpoints is None
 
 
 @pytest.mark.parametrize("policy", ["naive", "shrinking", "continuous"])
@@ -165,7 +165,7 @@ def test_a_small_checkpoint_budget_evicts_the_oldest_and_stays_exact(tiny_qwen35
         request = Request(system_prompt(probe) + [300] * 20, greedy(2))
         loop.scheduler.add(request, loop.clock.now())
         finish(loop)
-        state = probe.describe()["recurrent_state_bytes"]
+        state = probe.figures().recurrent_state_bytes
     with LlamaEngine(tiny_qwen35_model_path, max_lanes=4, n_ctx=4096, n_batch=256,
                      checkpoint_budget_bytes=3 * state) as eng:
         loop = make_loop(eng)

@@ -49,7 +49,7 @@ def test_a_finished_sequence_waits_outside_the_kv_and_its_next_turn_resumes_exac
         assert idle_cells == 0
         assert sum(s.prefix_hits for s in steps) == first.num_tokens - 1
         assert again.output_token_ids == computed_fresh(engine, again.prompt_token_ids, 8)
-        assert engine.describe()["parked_sequences"] == 0 and engine.describe()["parked_bytes"] == 0
+        assert engine.figures().parked_sequences == 0 and engine.figures().parked_bytes == 0
 
 
 def test_resident_cached_sequences_hold_cells_while_idle(arch_model_path):
@@ -82,7 +82,7 @@ def test_sequences_that_mostly_share_a_system_prompt_stay_resident(arch_model_pa
         loop.step()
         # The second copied the first's system prompt (shared cells): parking either would free only
         # its few own cells, and a restore would copy all of them back.
-        assert engine.num_cached_sequences == 2 and engine.describe()["parked_sequences"] == 0
+        assert engine.num_cached_sequences == 2 and engine.figures().parked_sequences == 0
         assert [r.output_token_ids for r in agents] == [
             computed_fresh(engine, r.prompt_token_ids, 4) for r in agents]
         finish(loop, engine)
@@ -107,14 +107,14 @@ def test_the_kv_plot_and_metrics_show_parked_memory(tiny_model_path, qtbot):
         while loop.scheduler.has_work:
             loop.step()
         snap = metrics.snapshot()
-        assert snap.parked_sequences == 1 and snap.parked_bytes == engine.describe()["parked_bytes"] > 0
+        assert snap.parked_sequences == 1 and snap.parked_bytes == engine.figures().parked_bytes > 0
         feed = StepFeed()
         feed.pull(metrics)
         feed.tick()
         panel = PlotsPanel()
         qtbot.addWidget(panel)
         panel.refresh(feed)
-        budget = engine.describe()["park_budget_bytes"]
+        budget = engine.figures().park_budget_bytes
         assert feed.latest("parked_pct") == 100.0 * snap.parked_bytes / budget
         _, y = panel.curves["parked_pct"].getData()
         assert y[-1] == feed.latest("parked_pct")
@@ -135,7 +135,7 @@ def _four_agents_on_two_streams(split: LlamaEngine, steps: list,
         loop.step()
     loop.step()
     snapshot = (scheduler.prefix_cache.num_resident, scheduler.prefix_cache.num_parked,
-                split.describe()["parked_sequences"], split.describe()["parked_bytes"])
+                split.figures().parked_sequences, split.figures().parked_bytes)
     agains = [Request(f.token_ids + split.tokenizer.tokenize(" The tool says: ok.", add_special=False), greedy(6), agent=f.agent)
               for f in firsts]
     for request in agains:
@@ -157,7 +157,7 @@ def test_split_kv_more_agents_than_lanes_resume_every_conversation_from_host_ram
         assert [a.num_cached_tokens for a in agains] == [f.num_tokens - 1 for f in firsts]
         assert [a.output_token_ids for a in agains] == [
             computed_fresh(split, a.prompt_token_ids, 6, num_lanes=2) for a in agains]
-        assert split.describe()["parked_sequences"] == 0 and split.lane_kv_positions() == [-1, -1]
+        assert split.figures().parked_sequences == 0 and split.lane_kv_positions() == [-1, -1]
 
 
 def test_a_conversation_restored_from_host_ram_is_admitted_within_the_kv_budget(arch_model_path):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, StepPlan, engine_meta
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import ModelLoadError
@@ -100,7 +100,7 @@ def prefill_row(request: Request) -> Row:
 
 
 def test_tiny_model_loads_with_its_facts(engine, tiny_model_path):
-    facts = engine.describe()
+    facts = engine_meta(engine)
     assert facts["name"] == engine.name == MODEL_NAME
     assert facts["architecture"] == "llama"
     assert 500_000 < facts["n_params"] < 2_000_000
@@ -141,7 +141,7 @@ def test_truncated_model_raises_model_load_error(tmp_path, tiny_model_path):
 @pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
 def test_quantized_kv_cache_runs(tiny_model_path, kv_type):
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=256, n_batch=64, kv_type=kv_type) as eng:
-        assert eng.describe()["kv_type"] == kv_type
+        assert eng.facts.kv_type == kv_type
         request = Request(eng.tokenizer.tokenize("hello world"), greedy(4))
         run(eng, [request])
         assert request.num_output_tokens == 4

@@ -154,7 +154,7 @@ def test_split_kv_gives_each_lane_its_share_and_the_same_greedy_tokens(arch_mode
     with LlamaEngine(arch_model_path, max_lanes=8, n_ctx=2048, n_batch=256, kv_unified=False) as split:
         assert split.max_context == 2048 // 8 and split.kv_capacity == 2048
         assert split.max_cached_sequences == split.max_sequences == 8 and split.caps.consecutive_ids
-        assert split.describe()["kv_unified"] is False
+        assert split.facts.kv_unified is False
         loop = make_loop(split, policy="continuous", num_lanes=8, prefill_chunk=16)
         requests = [greedy_request(split, p, 16) for p in PROMPTS]
         for r in requests:

@@ -95,7 +95,7 @@ def store_head(path, root: Path, unified: bool = True) -> tuple[list[int], int]:
         (request,), computed = run(engine, [prompt])
         assert computed[request.request_id] == len(prompt) and request.num_cached_tokens == 0
         assert [e.num_tokens for e in engine.prefix_store] == [head]
-        assert engine.describe()["stored_prefixes"] == 1
+        assert engine.figures().stored_prefixes == 1
     assert len(stored_files(root)) == 1, "closing the engine waits for the store's file"
     return prompt, head
 

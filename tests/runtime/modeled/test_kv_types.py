@@ -62,7 +62,7 @@ def test_the_reference_context_is_the_bench_workloads_mean_decode_context():
 @pytest.mark.parametrize("kv_type", KV_TYPES)
 def test_a_step_grows_with_context_by_exactly_the_plans_kv_bytes_over_the_bandwidth(kv_type):
     engine = ModeledEngine(CARD.with_kv_type(kv_type))
-    assert engine.kv_type == kv_type and engine.describe()["kv_type"] == kv_type
+    assert engine.kv_type == kv_type and engine.facts.kv_type == kv_type
     read_ms = kv_bytes_per_token(QWEN35_9B, kv_type) / BYTES_PER_MS
     short = engine.step(decode_plan([1000] * 8)).duration_s * 1e3
     long = engine.step(decode_plan([1000] * 7 + [9000])).duration_s * 1e3

@@ -8,6 +8,7 @@ import gguf
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from swarm_panel.runtime.core.engine import engine_meta
 from swarm_panel.runtime.models import demo as demo_model
 from swarm_panel.runtime.models.demo import (
     CHAT_TEMPLATE,
@@ -74,7 +75,7 @@ def test_a_padded_vocabulary_gives_the_stand_in_its_logits_size(tmp_path):
     path = write_demo_model(tmp_path / "wide.gguf", "tiny", arch="qwen35", n_vocab=6000)
     with LlamaEngine(path, max_lanes=1, n_ctx=256) as engine:
         assert engine.vocab.n_tokens == 6000
-        assert engine.describe()["architecture"] == "qwen35"
+        assert engine.facts.architecture == "qwen35"
     assert default_demo_model_path("tiny", "qwen35", 6000).name.endswith("-vocab6000.gguf")
 
 
@@ -110,7 +111,7 @@ def test_demo_model_has_over_100m_parameters(tmp_path):
 
     path = write_demo_model(tmp_path / "demo.gguf", "demo")
     with LlamaEngine(path, max_lanes=1, n_ctx=256, n_batch=64) as engine:
-        facts = engine.describe()
+        facts = engine_meta(engine)
     assert facts["n_params"] >= 100_000_000
     assert facts["context_length_train"] == 4096
     assert facts["file_type"] == "F16"

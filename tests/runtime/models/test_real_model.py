@@ -46,7 +46,7 @@ def _ask(client, question: str, max_tokens: int = 160) -> tuple[str, str, int]:
 
 
 def test_the_default_engine_is_the_bundled_real_model(server):
-    facts = server.service.describe()
+    facts = server.service.meta()
     assert facts["name"] == "SmolLM2-135M-Instruct"
     # On a CPU the shipped Q4_1 weights are served from an F16 copy made once on this machine.
     assert facts["architecture"] == "llama" and facts["quantization"] == "F16"

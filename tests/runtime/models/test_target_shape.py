@@ -6,7 +6,7 @@ import gguf
 import llama_cpp
 import pytest
 
-from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan, engine_meta
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.models import target_shape
 from swarm_panel.runtime.models.demo import build_vocab, write_demo_model
@@ -146,7 +146,7 @@ def test_the_q4_k_m_file_loads_tokenizes_the_demo_words_and_decodes(small_q4_k_m
     path, _ = small_q4_k_m
     natural = len(build_vocab()[0])
     with LlamaEngine(path, max_lanes=1, n_ctx=256, n_batch=64) as engine:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert (facts["architecture"], facts["n_vocab"]) == ("qwen35", 2048)
         assert facts["n_params"] == parameter_count(SMALL)
         prompt = engine.tokenizer.tokenize("the agent can call a tool")

@@ -57,7 +57,7 @@ def test_a_prompt_past_a_lanes_share_widens_the_default_layout(arch_model_path, 
     service = _service(arch_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=120) as client:
-        described = service.describe()
+        described = service.meta()
         assert described["kv_unified"] is False and service.engine.max_context == 4096
         long_prompt = _long_prompt(service, 5000)
         short_reply: dict[str, object] = {}
@@ -86,7 +86,7 @@ def test_a_prompt_past_a_lanes_share_widens_the_default_layout(arch_model_path, 
         short.join(120)
         assert (tokens, finish) == (8, "length")
         assert short_reply["tokens"] == REPLY_TOKENS and short_reply["finish"] == "length"
-        described = service.describe()
+        described = service.meta()
         assert described["kv_unified"] is True and "widened" in described["kv_layout"]
         assert service.engine.max_context == 8192
         took_over = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
@@ -112,14 +112,14 @@ def test_a_codex_sized_first_prompt_is_served_with_the_default_settings(tiny_mod
     service = SwarmService(settings(engine="llama", model=tiny_model_path, threads=2, extra_buffers="off",
                                     flash_attn="off", num_lanes=8))
     with running(service) as server:
-        assert service.describe()["kv_layout"] == "split KV (4096 tokens a lane)"
+        assert service.engine.facts.kv_layout == "split KV (4096 tokens a lane)"
         body["max_output_tokens"] = 16
         with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=120) as stream:
             assert stream.status_code == 200, stream.read()
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: ")]
         assert events[-1]["type"] in ("response.completed", "response.incomplete"), events[-1]
         assert events[-1]["response"]["usage"]["input_tokens"] > 9000
-        assert service.describe()["kv_unified"] is True
+        assert service.engine.facts.kv_unified is True
 
 
 def test_a_chosen_split_layout_refuses_what_no_lane_holds(tiny_model_path):
@@ -129,7 +129,7 @@ def test_a_chosen_split_layout_refuses_what_no_lane_holds(tiny_model_path):
         with pytest.raises(openai.BadRequestError) as caught:
             _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
         assert "each lane's context holds 4096" in str(caught.value)
-        assert service.describe()["kv_unified"] is False
+        assert service.engine.facts.kv_unified is False
 
 
 def test_a_default_max_tokens_keeps_to_a_lanes_share(tiny_model_path):
@@ -141,7 +141,7 @@ def test_a_default_max_tokens_keeps_to_a_lanes_share(tiny_model_path):
                                                temperature=0, extra_body=NO_EOS)
         assert reply.usage.completion_tokens == 4096 - reply.usage.prompt_tokens
         assert reply.choices[0].finish_reason == "length"
-        assert service.describe()["kv_unified"] is False
+        assert service.engine.facts.kv_unified is False
 
 
 def test_only_a_defaulted_layout_widens(tiny_model_path):
@@ -179,7 +179,7 @@ def test_a_widening_llama_cpp_cannot_make_keeps_split_and_fails_only_the_long_re
         message = caught.value.body["message"]
         assert caught.value.body["code"] == "context_length_exceeded"
         assert "each lane's context holds 4096" in message and "out of device memory (test)" in message
-        assert service.describe()["kv_layout"] == "split KV (4096 tokens a lane)"
+        assert service.engine.facts.kv_layout == "split KV (4096 tokens a lane)"
         assert service.engine_thread.scheduler.caps.widens_to == 0
         assert _greedy(client, SHORT, 40) == expected
 
@@ -197,7 +197,7 @@ def test_a_widened_layout_narrows_back_and_can_widen_again(tiny_model_path):
         assert (caps.max_context, caps.widens_to, caps.narrows_to, caps.consecutive_ids) == (4096, 8192, 0, True)
         # Split again: finished sequences stay in their streams, and go to host RAM only when evicted.
         assert caps.max_cached_sequences == 2 and caps.parks_evicted and not engine.parks_cached
-        assert engine.describe()["kv_layout"] == "split KV (4096 tokens a lane; back from unified after a test)"
+        assert engine.facts.kv_layout == "split KV (4096 tokens a lane; back from unified after a test)"
         engine.relayout(RelayoutKind.WIDEN, "another test")
         assert (engine.caps.max_context, engine.caps.narrows_to) == (8192, 4096)
 
@@ -227,7 +227,7 @@ def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path,
                                                    timeout=120) as client:
         thread = service.engine_thread
         _greedy(client, [{"role": "user", "content": _long_prompt(service, 5000)}], 8)
-        assert service.describe()["kv_unified"] is True and thread.relayouts.narrow_after_s == 300
+        assert service.engine.facts.kv_unified is True and thread.relayouts.narrow_after_s == 300
         reply: dict[str, object] = {}
         started = threading.Event()
         short = threading.Thread(target=_stream, args=(client, SHORT, REPLY_TOKENS, reply, started))
@@ -236,7 +236,7 @@ def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path,
         thread.relayouts.narrow_after_s = 0.0  # the quiet period has passed
         short.join(120)
         assert reply["tokens"] == REPLY_TOKENS and reply["finish"] == "length"
-        described = service.describe()
+        described = service.meta()
         assert described["kv_unified"] is False
         assert described["kv_layout"].startswith("split KV (4096 tokens a lane; back from unified after 0 s")
         took_over = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
@@ -266,23 +266,23 @@ def test_a_long_request_keeps_the_layout_wide_until_it_ends(tiny_model_path):
         thread.relayouts.narrow_after_s = 0.0
         layouts = []
         while long.is_alive():
-            layouts.append(service.describe()["kv_unified"])
+            layouts.append(service.engine.facts.kv_unified)
             long.join(0.05)
         assert reply["tokens"] == 300 and set(layouts) == {True}
-        wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split")
+        wait_until(lambda: service.engine.facts.kv_unified is False, what="the layout to turn split")
         # After a widening, a max_tokens the server chooses still keeps to a lane.
         thread.relayouts.narrow_after_s = 300.0
         _greedy(client, long_messages, 4)
-        assert service.describe()["kv_unified"] is True
+        assert service.engine.facts.kv_unified is True
         plain = client.chat.completions.create(model="m", messages=SHORT, temperature=0, max_tokens=None,
                                                extra_body=NO_EOS)
         assert plain.usage.completion_tokens == 4096 - plain.usage.prompt_tokens
         thread.relayouts.narrow_after_s = 0.0
-        wait_until(lambda: service.describe()["kv_unified"] is False, what="the layout to turn split again")
+        wait_until(lambda: service.engine.facts.kv_unified is False, what="the layout to turn split again")
         # Held wide once the long request has widened it: with 0 s it may narrow before it is looked at.
         thread.relayouts.narrow_after_s = 300.0
         _greedy(client, long_messages, 4)
-        assert service.describe()["kv_unified"] is True
+        assert service.engine.facts.kv_unified is True
 
 
 def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path):
@@ -298,7 +298,7 @@ def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path)
         thread._post("add", request)  # as if its check had passed on the unified layout
         wait_until(lambda: bool(done) and done[-1].finished, what="the long request to end")
         assert done[-1].error is None and request.num_output_tokens == 4
-        assert service.describe()["kv_unified"] is True
+        assert service.engine.facts.kv_unified is True
 
 
 def test_admission_settles_once_and_a_widening_is_published_with_its_outcome(tiny_model_path):

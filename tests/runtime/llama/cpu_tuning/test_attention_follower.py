@@ -141,7 +141,7 @@ def test_served_long_contexts_switch_the_kernel_and_keep_fresh_greedy_tokens(arc
         follower = AttentionFollower(CURVE, "on", min_rows=4)
         switched = _run(engine, prompts, follower)
         assert engine.flash_attn == "off" and follower.current == "off"
-        assert engine.describe()["flash_attn_reason"].startswith("off: switched for the contexts served lately")
+        assert engine.facts.flash_attn_reason.startswith("off: switched for the contexts served lately")
     with LlamaEngine(arch_model_path, max_lanes=4, n_ctx=4 * 1024, n_batch=256, kv_unified=False,
                      flash_attn="off") as fresh:
         assert _run(fresh, prompts, None) == switched
@@ -163,9 +163,9 @@ def test_a_widened_pool_runs_flash_attention_and_narrowing_brings_the_split_kern
                      flash_attn_reason="off: the probe's", attention_curve=CURVE) as engine:
         engine.relayout(RelayoutKind.WIDEN, "a test")
         assert engine.flash_attn == "on" and engine.caps.narrows_to == 4096
-        assert engine.describe()["flash_attn_reason"].startswith("on: the KV widened to one pool")
+        assert engine.facts.flash_attn_reason.startswith("on: the KV widened to one pool")
         engine.relayout(RelayoutKind.NARROW, "after a test")
-        assert (engine.flash_attn, engine.describe()["flash_attn_reason"]) == ("off", "off: the probe's")
+        assert (engine.flash_attn, engine.facts.flash_attn_reason) == ("off", "off: the probe's")
     # A kernel chosen by setting has no curve: it is kept whatever the layout.
     with LlamaEngine(tiny_model_path, max_lanes=2, n_ctx=8192, kv_unified=False, widens=True,
                      flash_attn="off") as engine:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import fields
 
 import httpx
 import openai
@@ -17,7 +18,9 @@ from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import CpuClock, ThreadGovernor
 from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.runtime.llama.model import default_threads
+from swarm_panel.runtime.modeled.engine import ModeledFigures
 from swarm_panel.ui.shell.status_bar import threads_note
 from tests.app.server.test_server_common import running, settings
 from tests.runtime.llama.test_llama_engine import run
@@ -95,9 +98,12 @@ def test_the_count_stays_within_one_and_what_the_engine_was_given():
 
 
 def test_a_note_says_why_fewer_threads_run():
-    assert threads_note({"n_threads": 2, "threads_most": 2}) == ""
-    assert threads_note({"engine": "modeled"}) == ""
-    assert threads_note({"n_threads": 1, "threads_most": 2, "other_processes_cpu_cores": 1.04}) == (
+    def figures(**given) -> LlamaFigures:
+        return LlamaFigures(**{f.name: 0 for f in fields(LlamaFigures)} | given)
+
+    assert threads_note(figures(n_threads=2, threads_most=2)) == ""
+    assert threads_note(ModeledFigures(checkpoints=0, checkpoint_bytes=0)) == ""
+    assert threads_note(figures(n_threads=1, threads_most=2, other_processes_cpu_cores=1.04)) == (
         "llama.cpp on 1 of 2 threads: other processes use 1.0 cores")
 
 
@@ -153,18 +159,18 @@ def test_a_cpu_run_leaves_a_busy_core_to_its_neighbour_and_keeps_its_tokens(arch
     if most < 2:
         pytest.skip("one core: no thread to give up")
     with LlamaEngine(arch_model_path, max_lanes=3, n_ctx=1024, n_batch=256, n_threads=most) as fixed:
-        assert not fixed.describe()["threads_follow_contention"]
+        assert not fixed.figures().threads_follow_contention
         reference = generate(fixed)
     with LlamaEngine(arch_model_path, max_lanes=3, n_ctx=1024, n_batch=256) as engine:
-        facts = engine.describe()
-        assert facts["threads_follow_contention"] and facts["threads_most"] == most
+        figures = engine.figures()
+        assert figures.threads_follow_contention and figures.threads_most == most
         beside_a_busy_core(engine._governor)
         time.sleep(1.2)
         tokens = generate(engine)
-        facts = engine.describe()
-        assert facts["n_threads"] < most
-        assert facts["other_processes_cpu_cores"] > 0.5
-        assert threads_note(facts).startswith(f"llama.cpp on {facts['n_threads']} of {most} threads")
+        figures = engine.figures()
+        assert figures.n_threads < most
+        assert figures.other_processes_cpu_cores > 0.5
+        assert threads_note(figures).startswith(f"llama.cpp on {figures.n_threads} of {most} threads")
     assert tokens == reference
 
 
@@ -172,7 +178,7 @@ def test_a_cpu_run_leaves_a_busy_core_to_its_neighbour_and_keeps_its_tokens(arch
 def test_the_endpoint_reports_the_threads_it_runs_on_and_why(tiny_model_path):
     service = SwarmService(settings(engine="llama", model=tiny_model_path, n_ctx=1024, n_batch=128, num_lanes=2))
     with running(service) as srv:
-        most = service.describe()["threads_most"]
+        most = service.engine.figures().threads_most
         if most < 2:
             pytest.skip("one core: no thread to give up")
         beside_a_busy_core(service.engine._governor)

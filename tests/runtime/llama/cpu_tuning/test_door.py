@@ -9,6 +9,7 @@ import llama_cpp
 import pytest
 
 from swarm_panel.app.service.engine_factory import build_engine
+from swarm_panel.runtime.core.engine import engine_meta
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning import door, extra_buffers_probe, flash_attn_probe
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout
@@ -35,7 +36,7 @@ def offloading_build(monkeypatch):
 def test_an_offloaded_engine_starts_no_probe_and_runs_no_cpu_mechanism(offloading_build, arch_model_path):
     engine = build_engine("llama", realtime=True, max_lanes=2, model=arch_model_path, n_ctx=1024, n_gpu_layers=-1)
     try:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert "no CPU probe" in facts["extra_buffers_reason"] and "no CPU probe" in facts["flash_attn_reason"]
         assert facts["threads_follow_contention"] is False
         assert engine.call_cost is None and engine.caps.attention is None
@@ -79,7 +80,7 @@ def test_default_settings_offload_on_a_gpu_build(offloading_build, arch_model_pa
     engine = build_engine("llama", realtime=True, max_lanes=2, model=arch_model_path, n_ctx=1024,
                           n_gpu_layers=settings.n_gpu_layers)
     try:
-        assert engine.describe()["device"] == "GPU" and engine.call_cost is None
+        assert engine.facts.device == "GPU" and engine.call_cost is None
     finally:
         engine.close()
     # The bundled model goes to the card as shipped, not as the F16 copy made for CPUs.
@@ -95,6 +96,6 @@ def test_default_settings_on_a_cpu_build_keep_the_cpu_tuning(arch_model_path):
     engine = build_engine("llama", realtime=True, max_lanes=2, model=arch_model_path, n_ctx=1024,
                           n_gpu_layers=Settings().n_gpu_layers, kv_unified=False)
     try:
-        assert engine.describe()["device"] == "CPU" and engine.call_cost is not None
+        assert engine.facts.device == "CPU" and engine.call_cost is not None
     finally:
         engine.close()

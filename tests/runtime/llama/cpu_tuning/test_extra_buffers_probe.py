@@ -10,6 +10,7 @@ from unittest.mock import ANY
 
 import pytest
 
+from swarm_panel.runtime.core.engine import engine_meta
 from swarm_panel.runtime.llama.cpu_tuning import extra_buffers_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
 
@@ -85,7 +86,7 @@ def test_the_engine_loads_with_them_off_when_the_probe_child_dies(tmp_path, tiny
     engine = build_engine("llama", realtime=True, max_lanes=2, model=tiny_model_path, n_ctx=512, threads=1,
                           extra_buffers="auto")
     try:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert engine.extra_buffers is False and facts["extra_buffers"] is False
         assert "crashed" in facts["extra_buffers_reason"]
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from swarm_panel.runtime.core.engine import engine_meta
 from swarm_panel.runtime.llama.cpu_tuning import flash_attn_probe as probe
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import MARGIN, ProbeLayout, decide_flash_attn
 
@@ -100,7 +101,7 @@ def test_an_engine_built_from_settings_runs_the_probes_verdict(tmp_path, tiny_mo
     engine = build_engine("llama", realtime=True, max_lanes=2, model=tiny_model_path, n_ctx=512, threads=1,
                           extra_buffers="off")
     try:
-        facts = engine.describe()
+        facts = engine_meta(engine)
         assert facts["flash_attn"] == "on" and "30 ms with it" in facts["flash_attn_reason"]
     finally:
         engine.close()
@@ -109,7 +110,7 @@ def test_an_engine_built_from_settings_runs_the_probes_verdict(tmp_path, tiny_mo
     engine = build_engine("llama", realtime=True, max_lanes=2, model=tiny_model_path, n_ctx=512, threads=1,
                           extra_buffers="off")
     try:
-        assert engine.describe()["flash_attn"] == "off"
+        assert engine.facts.flash_attn == "off"
     finally:
         engine.close()
 
