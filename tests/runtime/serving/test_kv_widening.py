@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import replace
 
 import httpx
 import openai
@@ -19,6 +20,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama import context
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import ModelLoadError
+from swarm_panel.runtime.scheduling.admission import Settled
 from swarm_panel.runtime.serving.engine_core import EngineThread
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until
@@ -53,7 +55,7 @@ def _greedy(client: openai.OpenAI, messages, max_tokens: int) -> tuple[str, int,
 
 
 def test_a_prompt_past_a_lanes_share_widens_the_default_layout(arch_model_path, caplog):
-    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_core")
+    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.relayout")
     service = _service(arch_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=120) as client:
@@ -221,7 +223,7 @@ def _stream(client: openai.OpenAI, messages, max_tokens: int, reply: dict, start
 def test_a_widened_layout_turns_split_again_under_a_live_stream(arch_model_path, caplog):
     """Once no request has needed more than a lane for the quiet period, the layout turns split between
     two steps: the live stream recomputes on its lane and ends with the tokens a fresh server gives."""
-    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.engine_core")
+    caplog.set_level(logging.INFO, logger="swarm_panel.runtime.serving.relayout")
     service = _service(arch_model_path)
     with running(service) as server, openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                                                    timeout=120) as client:
@@ -295,7 +297,11 @@ def test_a_request_queued_as_the_layout_narrows_widens_it_again(tiny_model_path)
         done = []
         prompt = [1] + [100 + i % 50 for i in range(5000)]
         request = Request(prompt, SamplingParams(max_tokens=4, ignore_eos=True), listener=done.append)
-        thread._post("add", request)  # as if its check had passed on the unified layout
+        caps = thread.scheduler.caps
+        # As if admission had settled it on the unified layout, which has narrowed since.
+        settled = Settled(4, widens=False, long=True, caps=replace(caps, max_context=caps.widens_to, widens_to=0),
+                          kv_budget=thread.scheduler.kv_budget)
+        thread._post("add", (request, settled))
         wait_until(lambda: bool(done) and done[-1].finished, what="the long request to end")
         assert done[-1].error is None and request.num_output_tokens == 4
         assert service.engine.facts.kv_unified is True
