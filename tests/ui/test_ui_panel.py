@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from dataclasses import fields
 
 import httpx
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from swarm_panel.app.loadgen.local_swarm import LocalSwarm
 from swarm_panel.app.server.http_server import ThreadedHttpServer
+from swarm_panel.runtime.llama.facts import LlamaFigures
 from tests.app.server.test_server_common import panel
 from tests.ui.test_ui_common import SHORT_LENGTHS, STEADY_CARD, card, no_user_config, window  # noqa: F401
 
@@ -319,11 +321,14 @@ def test_the_ceiling_is_measured_at_the_running_width_else_the_last_fit(window, 
 
 
 def test_the_status_bar_says_when_a_neighbour_took_llama_cpp_threads(window, monkeypatch):
-    facts = window.service.meta()
+    engine = window.service.engine
     window._refresh_slow(window.service.engine_thread)
     assert "threads" not in window.status.rate.text()
-    monkeypatch.setattr(window.service, "describe", lambda: dict(facts, n_threads=1, threads_most=2,
-                                                                 other_processes_cpu_cores=1.0))
+    # The window runs the modeled card; the llama engine's figures are what name its threads.
+    counts = dict.fromkeys((f.name for f in fields(LlamaFigures)), 0)
+    llama = LlamaFigures(**(counts | {"threads_follow_contention": True, "n_threads": 1, "threads_most": 2,
+                                      "other_processes_cpu_cores": 1.0, "decode_call_fit": None}))
+    monkeypatch.setattr(engine, "figures", lambda: llama)
     window._refresh_slow(window.service.engine_thread)
     assert window.status.rate.text().endswith("; llama.cpp on 1 of 2 threads: other processes use 1.0 cores")
 

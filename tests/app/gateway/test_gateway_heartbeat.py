@@ -153,7 +153,10 @@ def test_a_messages_stream_quiet_after_message_start_gets_pings_between_its_even
     events = _long_prompt_stream(quiet_backend, "/v1/messages", {"model": "m"}, "pear")
     kinds = [e.split(b"\n", 1)[0].removeprefix(b"event: ") for e in events]
     first_delta = kinds.index(b"content_block_delta")
-    assert kinds.index(b"message_start") < kinds.index(b"ping") < first_delta
+    # A loaded machine may hold the backend's first bytes past the heartbeat too: pings then come before
+    # message_start as well (docs/gateway.md, "Keep-alives"). Its own events keep their order.
+    assert [k for k in kinds if k != b"ping"][0] == b"message_start"
+    assert kinds.index(b"message_start") < len(kinds) - 1 - kinds[::-1].index(b"ping") < first_delta
     assert kinds[:first_delta].count(b"ping") >= 2 and kinds[-1] == b"message_stop"
     # Every event arrives whole: a ping never lands inside one of the backend's.
     assert all(e.startswith(b"event: ") and e.count(b"\ndata: ") == 1 for e in events)
