@@ -147,7 +147,7 @@ def test_a_harness_whose_home_cannot_be_written_fails_to_start_with_its_reason(b
     from tests.app.harness.fake_harness import fake_kind
 
     kind = fake_kind(tmp_path)
-    launcher = Launcher(state_dir=broken / "state")
+    launcher = Launcher(state_dir=broken / "state", unconfined=True)  # where no fence runs here
     [run] = asyncio.run(launcher.start(kind, tmp_path, "http://127.0.0.1:9"))
     assert run.status == FAILED and run.process is None
     assert "cannot write" in run.error or "Read-only" in run.error or "No space" in run.error, run.error

@@ -82,7 +82,7 @@ def test_a_flagged_file_is_marked_in_the_table_its_tooltip_and_the_diff(qtbot, q
     from swarm_panel.ui.panels.agent_worktrees import AgentWorktrees
 
     repo = make_repo(tmp_path / "repo", {"story.txt": "one\n"})
-    launcher = Launcher(state_dir=tmp_path / "state")
+    launcher = Launcher(state_dir=tmp_path / "state", unconfined=True)  # where no fence runs here
 
     async def scenario():
         await launcher.start(stand_in_kind(tmp_path), repo, "http://127.0.0.1:9",

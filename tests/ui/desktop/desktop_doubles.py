@@ -41,6 +41,7 @@ def with_stand_in_agents(window, tmp_path, monkeypatch, task: str, folder) -> No
     window.harness.kind.setCurrentIndex(window.harness.kind.findData(kind.key))
     window.harness.folder.setText(str(folder))
     window.harness.task.setText(task)
+    window.harness.unconfined.setChecked(True)  # where no fence runs here, launched unfenced
 
 
 def on_loop(qapp, scenario) -> None:
