@@ -27,6 +27,7 @@ import sys
 
 from swarm_panel.app.fence.lockdown import undumpable
 from swarm_panel.app.fence.program import exec_prefix
+from swarm_panel.app.fence.reaper import reap_ready
 from swarm_panel.app.fence.splice import splice
 
 CANNOT_FENCE, CANNOT_RUN = 126, 127
@@ -85,13 +86,7 @@ async def run(forwards: list[tuple[int, str]], argv: list[str]) -> int:
 
 def _reap(harness: int, ended: asyncio.Future) -> None:
     """As pid 1 every orphan of the sandbox is its child: each that ended is reaped, the harness's status kept."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, status in reap_ready():
         if pid == harness and not ended.done():
             ended.set_result(os.waitstatus_to_exitcode(status))
 

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -67,7 +67,8 @@ def kill_descendants(root: int, *, reap: bool = False) -> None:
             except ProcessLookupError:
                 pass
         if reap:
-            _reap_ready()
+            for _ in reap_ready():
+                pass
         if not below:
             return
         time.sleep(KILL_SETTLE_S)
@@ -83,14 +84,16 @@ def kill_tree(root: int) -> None:
         pass
 
 
-def _reap_ready() -> None:
+def reap_ready() -> Iterator[tuple[int, int]]:
+    """Each child of this process that has ended, reaped without waiting: (pid, wait status)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        yield pid, status
 
 
 def supervise(child: Callable[[], NoReturn]) -> int:
