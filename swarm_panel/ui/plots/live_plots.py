@@ -137,6 +137,10 @@ class PlotsPanel(QtWidgets.QWidget):
             return
         t = ticks.column("t")
         end = float(t[-1]) if now is None else now
+        if feed.markers:
+            # A marker set since the last tick stands right of it; the axis reaches it so its line and its
+            # label (drawn left of the line) stay inside the plot.
+            end = max(end, feed.markers[-1].time)
         start = max(end - self.span_s, min(float(t[0]), end - MIN_SPAN_S))
         lo = max(int(np.searchsorted(t, start)) - 1, 0)
         t_visible = t[lo:]
