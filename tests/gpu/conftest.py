@@ -15,6 +15,8 @@ import pytest
 
 from swarm_panel.runtime.llama.devices import offload_devices
 from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.models.demo import write_demo_model
+from swarm_panel.runtime.models.target_shape import quantize
 
 
 def _device_missing() -> str | None:
@@ -38,3 +40,24 @@ def _offloaded():
     yield offload_devices()[0]
     defaults.clear()
     defaults.update(saved)
+
+
+# The tiny models in Q8_0 rather than the CPU suite's F16. lavapipe's LLVM 15 (Debian 12, and Mesa 25 from its
+# backports) takes more than 6 minutes to compile ggml's shaders for a step of 8 rows of F16 weights, and about
+# a minute for the same step in Q8_0 or Q4_1, once per machine (Mesa keeps them in its disk cache): docs/gpu.md,
+# "Shader compiles on lavapipe". A card's users run quantized weights too.
+def _tiny_q8_0(tmp_path_factory, name: str, **arch) -> str:
+    folder = tmp_path_factory.mktemp("models")
+    f16 = write_demo_model(folder / f"{name}-f16.gguf", "tiny", **arch)
+    quantize(f16, folder / f"{name}.gguf", "q8_0")
+    return str(folder / f"{name}.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory):
+    return _tiny_q8_0(tmp_path_factory, "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_model_path(tmp_path_factory):
+    return _tiny_q8_0(tmp_path_factory, "tiny-qwen35", arch="qwen35")

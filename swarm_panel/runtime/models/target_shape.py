@@ -36,7 +36,9 @@ logger = logging.getLogger(__name__)
 
 ModelType = Literal["f16", "q4_k_m"]
 MODEL_TYPES: tuple[ModelType, ...] = ("f16", "q4_k_m")
-_FTYPES = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
+# What `quantize` writes: the target's Q4_K_M, and Q8_0 for the gpu suite's tiny models (tests/gpu/conftest.py).
+QuantType = Literal["q4_k_m", "q8_0"]
+_FTYPES = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0}
 
 # Called with the stage ("write" or "quantize"), the tensors done and the tensors in all: (0, n) as a stage starts,
 # (0, 0) when the quantizer has not said yet how many tensors it has.
@@ -115,7 +117,7 @@ def _row_chunks(spec: TensorSpec, rng: np.random.Generator) -> Iterator[tuple[in
         yield start, spec.draw(rng, min(step, n_rows - start))
 
 
-def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], model_type: ModelType = "q4_k_m",
+def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], model_type: QuantType = "q4_k_m",
              progress: Progress | None = None) -> None:
     """Quantize a GGUF with llama.cpp's quantizer (llama-quantize's code and recipe), on every core."""
     if model_type not in _FTYPES:
