@@ -16,8 +16,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6 import QtWidgets  # noqa: E402
 
-from swarm_panel.runtime.core.clock import VirtualClock  # noqa: E402
 from swarm_panel.runtime.core.config import SchedulerConfig  # noqa: E402
+from swarm_panel.runtime.core.engine import VirtualClock  # noqa: E402
 from swarm_panel.runtime.modeled.engine import ModeledEngine  # noqa: E402
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B  # noqa: E402
 from swarm_panel.runtime.serving.metrics import MetricsAggregator  # noqa: E402

@@ -23,8 +23,8 @@ TASKS = ("What is the capital of France?", "Write a haiku about rust.", "Explain
 
 
 def generate(model: str | None, max_tokens: int) -> dict:
-    from swarm_panel.runtime.core.clock import RealClock
     from swarm_panel.runtime.core.config import SchedulerConfig
+    from swarm_panel.runtime.core.engine import RealClock
     from swarm_panel.runtime.core.request import Request, SamplingParams
     from swarm_panel.runtime.llama.engine import LlamaEngine
     from swarm_panel.runtime.llama.model import on_cpu

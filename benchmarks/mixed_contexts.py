@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/mixed_contexts.py [--model demo|smollm2|GGUF] [--short 200] [--long 2000] [--long-id 3]
 
 7 sequences of --short tokens and one of --long (sequence id --long-id) decode together. The
-engine first fits its call line on its own steps (swarm_panel.runtime.llama.cpu_tuning.decode_calls, probing as it does in
+engine first fits its call line on its own steps (swarm_panel.runtime.llama.cpu_tuning.followers, probing as it does in
 serving); then, from the asked contexts again, rounds time --steps decode steps with its cut and as
 many with every step one call (what llama.cpp does with the batch as given), alternating which goes
 first. Medians per step.
@@ -18,7 +18,7 @@ import time
 from swarm_panel.app.service.engine_factory import resolve_model
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCost
+from swarm_panel.runtime.llama.cpu_tuning.followers import CallCost
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.models.demo import ensure_demo_model
 

@@ -15,8 +15,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6 import QtWidgets  # noqa: E402
 
-from swarm_panel.runtime.core.clock import VirtualClock  # noqa: E402
 from swarm_panel.runtime.core.config import SchedulerConfig  # noqa: E402
+from swarm_panel.runtime.core.engine import VirtualClock  # noqa: E402
 from swarm_panel.runtime.modeled.engine import ModeledEngine  # noqa: E402
 from swarm_panel.runtime.scheduling.scheduler import Scheduler  # noqa: E402
 from swarm_panel.runtime.workloads.critical_path import CriticalPathWorkload  # noqa: E402

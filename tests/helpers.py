@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineCaps
+from swarm_panel.runtime.core.engine import EngineCaps, VirtualClock
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.modeled.engine import ModeledEngine

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from swarm_panel.app.service.step_feed import StepFeed
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import VirtualClock
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.serving.metrics import MetricsAggregator
 from swarm_panel.runtime.workloads.closed_loop import run_closed_loop

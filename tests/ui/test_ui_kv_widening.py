@@ -9,7 +9,7 @@ import pytest
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
+from swarm_panel.runtime.llama.cpu_tuning.followers import AttentionCurve, AttentionFollower
 from tests.runtime.llama.cpu_tuning.test_attention_follower import CURVE
 from tests.ui.test_ui_common import no_user_config  # noqa: F401
 

@@ -63,7 +63,7 @@ def test_feed_marks_chunk_and_kv_budget_changes_from_the_polled_config():
 
 
 def test_feed_shows_the_device_busy_share_of_its_last_window():
-    from swarm_panel.runtime.core.step_account import StepTotals
+    from swarm_panel.runtime.serving.metrics import StepTotals
 
     feed = StepFeed(window_s=1.0)
     t0 = feed.t0

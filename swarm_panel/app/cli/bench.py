@@ -12,17 +12,16 @@ from swarm_panel.app.cli import bench_critical_path, bench_limit
 from swarm_panel.app.cli.workload_flags import add_workload_arguments, int_list
 from swarm_panel.app.service.engine_factory import add_engine_arguments, engine_for
 from swarm_panel.app.settings.flags import add_settings_arguments
-from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import MAX_LANES, SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineCaps, Sample, StepPlan, StepResult
+from swarm_panel.runtime.core.engine import EngineCaps, RealClock, Sample, StepPlan, StepResult, VirtualClock
 from swarm_panel.runtime.core.fit import StepLine, fit_step_line
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.core.step_account import PART_LABELS, PARTS
 from swarm_panel.runtime.modeled.ceiling import DEFAULT_CONTEXTS, ceiling_table
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.policies.registry import BATCHING_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
+from swarm_panel.runtime.serving.metrics import PART_LABELS, PARTS
 from swarm_panel.runtime.workloads.closed_loop import RunResult, run_closed_loop
 from swarm_panel.runtime.workloads.workload import ARTICLE_LENGTHS, SwarmWorkload
 
@@ -371,7 +370,7 @@ def _print_table(results, workload, num_lanes, engine, fit: Sweep | None, predic
 
 
 def print_step_times(results) -> None:
-    """Each run's step account (runtime.core.step_account): shares of the engine thread's wall time."""
+    """Each run's step account (runtime.serving.metrics.StepAccount): shares of the engine thread's wall time."""
     rows = [r for r in results if r.step_times]
     if not rows:
         return

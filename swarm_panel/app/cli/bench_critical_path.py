@@ -6,8 +6,8 @@ import argparse
 import json
 
 from swarm_panel.app.service.engine_factory import engine_for
-from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import RealClock, VirtualClock
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES
 from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathWorkload

@@ -7,7 +7,7 @@ the same kernels beats it. Ours here is the whole engine loop in this process (s
 outputs), B requests of the same prompt length, timed from the first step with every lane decoding to the
 last. Both run split KV (a stream per sequence, batched-bench's default) in a context of B x (prompt +
 tokens), the same threads, attention kernel and extra buffer types; rounds alternate, and the medians are
-printed with their ratio and where our steps' time went (runtime.core.step_account).
+printed with their ratio and where our steps' time went (runtime.serving.metrics.StepAccount).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from swarm_panel.app.cli.workload_flags import int_list
 from swarm_panel.app.service.engine_factory import engine_for
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import RealClock
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.core.step_account import PARTS
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
+from swarm_panel.runtime.serving.metrics import PARTS
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def ours(args: argparse.Namespace, width: int) -> tuple[float, dict, dict]:
     options.kv_unified = False
     options.prefix_cache = False
     # A fixed count both sides run with: with none asked for, a CPU run's threads would follow other
-    # processes' load (runtime.llama.cpu_tuning.cpu_contention) mid-run.
+    # processes' load (runtime.llama.cpu_tuning.followers.ThreadGovernor) mid-run.
     options.threads = args.threads or len(os.sched_getaffinity(0))
     engine = engine_for(options, realtime=False, max_lanes=width)
     try:

@@ -29,7 +29,7 @@ from swarm_panel.app.endpoint.incoming import agent_from_scope
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import RequestOutput, TokenLogprob
-from swarm_panel.runtime.scheduling.admission import Settled
+from swarm_panel.runtime.scheduling.lanes import Settled
 from swarm_panel.runtime.serving.engine_core import EngineThread
 
 

@@ -42,7 +42,7 @@ from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import SamplingParams
 from swarm_panel.runtime.llama.facts import LlamaFacts
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, BATCHING_POLICY_NAMES
-from swarm_panel.runtime.scheduling.admission import ContextExceeded, RequestRejected, Settled
+from swarm_panel.runtime.scheduling.lanes import ContextExceeded, RequestRejected, Settled
 from swarm_panel.runtime.serving.engine_core import EngineThread, EngineUnavailable
 
 # Prompt tokens shown as "asked" in the panel's agent view when the API gives no plain user message.

@@ -20,10 +20,10 @@ from prometheus_client.registry import Collector
 
 from swarm_panel.runtime.core.engine import EngineFacts, EngineFigures
 from swarm_panel.runtime.core.stats import StepStats
-from swarm_panel.runtime.core.step_account import PART_LABELS, PARTS, StepTotals
 from swarm_panel.runtime.llama.facts import LlamaFigures
-from swarm_panel.runtime.policies.agent_service import AgentTotals
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
+from swarm_panel.runtime.policies.view import AgentTotals
+from swarm_panel.runtime.serving.metrics import PART_LABELS, PARTS, StepTotals
 
 if TYPE_CHECKING:
     from swarm_panel.app.service.engine_service import SwarmService
@@ -216,7 +216,7 @@ class SwarmCollector(Collector):
 
 
 def _step_account(totals: StepTotals, names: list[str], values: list[str]) -> Iterable[Metric]:
-    """Where the engine thread's time went since it started (runtime.core.step_account), part by part."""
+    """Where the engine thread's time went since it started (runtime.serving.metrics.StepAccount), part by part."""
     seconds = CounterMetricFamily(PREFIX + "engine_thread_seconds", "The engine thread's wall time by part: "
                                   + "; ".join(f"{p}: {PART_LABELS[p]}" for p in PARTS), labels=[*names, "part"])
     for part in PARTS:

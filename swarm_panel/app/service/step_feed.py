@@ -16,9 +16,8 @@ import numpy as np
 
 from swarm_panel.app.service.ring import Ring
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.step_account import StepTotals
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_EMPTY, LANE_PADDING, LANE_PREFILL, LANE_STALLED, StepStats
-from swarm_panel.runtime.serving.metrics import MetricsAggregator
+from swarm_panel.runtime.serving.metrics import MetricsAggregator, StepTotals
 
 # Lane codes in the timeline image.
 CODE_IDLE, CODE_DECODE, CODE_PREFILL, CODE_PADDING, CODE_STALLED = range(5)
@@ -58,7 +57,7 @@ class StepFeed:
         self._last_step: tuple[str, int] | None = None
         self._last_config: SchedulerConfig | None = None
         self.ceiling_per_batch = None  # callable B -> tok/s (or None), set from the measured steps and the fit
-        # The engine thread's step account (runtime.core.step_account) as last read, and a window's start.
+        # The engine thread's step account (runtime.serving.metrics.StepAccount) as last read, and a window's start.
         self._times: deque[tuple[float, StepTotals]] = deque()
 
     def axis_time(self, monotonic: float) -> float:

@@ -22,7 +22,7 @@ from swarm_panel.runtime.core.careful_write import set_aside
 from swarm_panel.runtime.core.config import MAX_LANES, SPLIT_KV_MIN_LANE_TOKENS, SchedulerConfig
 from swarm_panel.runtime.modeled.profiles import PROFILES
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
-from swarm_panel.runtime.scheduling.admission import DEFAULT_MAX_TOKENS
+from swarm_panel.runtime.scheduling.lanes import DEFAULT_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ MAX_LANES = 256  # llama.cpp's llama_max_parallel_sequences()
 
 @dataclass(slots=True, frozen=True)
 class SchedulerConfig:
-    # A name from runtime.policies.registry; the scheduler checks it (scheduling.admission).
+    # A name from runtime.policies.registry; the scheduler checks it (scheduling.lanes.checked_config).
     policy: str = "continuous"
     num_lanes: int = 8
     # Prompt tokens one step may carry beside its decode rows.

@@ -1,8 +1,10 @@
-"""The one-call-per-step contract between the scheduler and whatever computes the step."""
+"""The one-call-per-step contract between the scheduler and whatever computes the step, and the clocks
+the loop that drives it runs by (`VirtualClock` for benchmarks and tests, `RealClock` for serving)."""
 
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -11,8 +13,7 @@ from swarm_panel.runtime.core.request import Request
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.checkpoints import CheckpointStore
-    from swarm_panel.runtime.reuse.parked import ParkedSequences
-    from swarm_panel.runtime.reuse.stored import PrefixStore, StoredPrefix
+    from swarm_panel.runtime.reuse.saved_states import ParkedSequences, PrefixStore, StoredPrefix
 
 
 class RowKind(enum.IntEnum):
@@ -48,10 +49,10 @@ class PrefixOpKind(enum.IntEnum):
     ADOPT = 1
     # `dest` starts as a new sequence sharing the first num_tokens of `source` (live or cached).
     COPY = 2
-    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.reuse.parked),
+    # The cached sequence of `source` leaves its KV cells and sequence id for host RAM (runtime.reuse.saved_states),
     # where a later ADOPT or COPY finds it; an engine that cannot keep it refuses the op.
     PARK = 3
-    # `dest` starts from a stored prefix (runtime.reuse.stored), the op's `source`: its whole state
+    # `dest` starts from a stored prefix (runtime.reuse.saved_states), the op's `source`: its whole state
     # restored into dest's sequence, then cut back to num_tokens. The stored prefix stays for the next use.
     RESTORE = 4
 
@@ -108,7 +109,7 @@ class StepResult:
     # request_id -> why, for prefix ops the memory could not do. A destination starts over from
     # position 0 (its row this step was not computed); a cached source holds nothing any more.
     refused: dict[int, str] = field(default_factory=dict)
-    # Where the step's time went inside the engine (runtime.core.step_account): wall and this thread's CPU
+    # Where the step's time went inside the engine (runtime.serving.metrics.StepAccount): wall and this thread's CPU
     # seconds in the device's compute (the call until its outputs are ready, their copy to the host
     # included), and in sampling; and the bytes of logits the device copied to the host for it.
     device_s: float = 0.0
@@ -145,12 +146,12 @@ class EngineCaps:
     sequence_state_tokens: int = 0
     # Tokens that end a chat turn: the first one in a prompt closes a shared system prompt.
     turn_end_tokens: frozenset[int] = frozenset()
-    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.reuse.parked); None: never.
+    # Host RAM where the engine parks finished sequences out of its KV cells (runtime.reuse.saved_states); None: never.
     parked: ParkedSequences | None = None
     # The engine takes PARK ops: a cached sequence the scheduler evicts for room waits in `parked`
     # instead of being dropped (split KV, where each cached sequence holds a lane's stream and id).
     parks_evicted: bool = False
-    # Whole states of long shared heads kept across sessions (runtime.reuse.stored): a prompt chunk
+    # Whole states of long shared heads kept across sessions (runtime.reuse.saved_states): a prompt chunk
     # ending at such a head is marked `store_prefix`, and a prompt starting with one gets a RESTORE op.
     prefix_store: PrefixStore | None = None
     # A step runs as one llama.cpp ubatch only over consecutive sequence ids (split KV): live and
@@ -164,7 +165,7 @@ class EngineCaps:
     # context, once no request needs more; 0: it was not widened.
     narrows_to: int = 0
     # A prompt chunk's cost grows with how deep in its prompt it starts (attention over every token
-    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.step_rows).
+    # before it, as on a CPU): beside decode rows a deep chunk gets fewer tokens (runtime.scheduling.step).
     attention_bound_prefill: bool = False
     # The compute call returns before its outputs are ready (a GPU's queue): StepPlan.while_computing then
     # overlaps the device's work, and the serving loop plans the next step meanwhile.
@@ -177,7 +178,7 @@ class EngineCaps:
 
 
 class AttentionAdvisor(Protocol):
-    """Follows the contexts served and advises the attention kernel (llama.cpu_tuning.attention_follower)."""
+    """Follows the contexts served and advises the attention kernel (llama.cpu_tuning.followers.AttentionFollower)."""
 
     current: str
 
@@ -305,3 +306,39 @@ class Engine(Protocol):
         """The bytes one sampled token adds to the output (an end-of-generation token adds none); the
         engine thread's own, beside the step."""
         ...
+
+
+# ----- time as the engine loop sees it -----
+
+
+class VirtualClock:
+    """Time moves only when a step reports its duration, so a 70-second run takes milliseconds."""
+
+    realtime = False
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    def wait_until(self, t: float) -> None:
+        self._now = max(self._now, t)
+
+
+class RealClock:
+    realtime = True
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def advance(self, seconds: float) -> None:
+        """Real time has already passed while the engine worked."""
+
+    def wait_until(self, t: float) -> None:
+        delay = t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)

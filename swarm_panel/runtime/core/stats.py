@@ -1,4 +1,4 @@
-"""The record every step leaves behind (built by runtime.scheduling.step_fold), for plots, metrics and benchmarks."""
+"""The record every step leaves behind (built by runtime.scheduling.step), for plots, metrics and benchmarks."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class StepStats:
     checkpoints: int = 0
     checkpoint_bytes: int = 0
     checkpoint_budget_bytes: int = 0
-    # Finished sequences parked in host RAM (runtime.reuse.parked), in a budget of their own.
+    # Finished sequences parked in host RAM (runtime.reuse.saved_states), in a budget of their own.
     parked_sequences: int = 0
     parked_bytes: int = 0
     park_budget_bytes: int = 0

@@ -14,7 +14,7 @@ from functools import cache
 import llama_cpp
 from llama_cpp import _ggml
 
-from swarm_panel.runtime.llama.log import ensure_backend
+from swarm_panel.runtime.llama.model import ensure_backend, on_cpu
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 _KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -92,3 +92,11 @@ def idle_gpu_backends() -> list[str]:
         if name not in ("CPU", "BLAS", "RPC") and lib.ggml_backend_reg_dev_count(reg) == 0:
             names.append(name)
     return names
+
+
+def device_name(n_gpu_layers: int) -> str:
+    if on_cpu(n_gpu_layers):
+        idle = idle_gpu_backends()
+        return f"CPU (this {', '.join(idle)} build found no device)" if idle else "CPU"
+    devices = offload_devices()
+    return devices[0].line() if devices else "GPU"

@@ -3,8 +3,8 @@
 It is four parts, each made anew when the layout changes (`relayout`) except the first:
 - the model (runtime.llama.model): the weights, vocabulary, chat template and facts, loaded once;
 - the context (runtime.llama.context): one llama.cpp context in one KV layout, and what it sizes;
-- the sequences (runtime.llama.sequences, runtime.llama.prefix_ops): which sequence holds what, and
-  the scheduler's prefix ops between them;
+- the sequences (runtime.llama.sequences): which sequence holds what, and the scheduler's prefix ops
+  between them;
 - the runner (runtime.llama.runner): a step's batch, llama_decode and sampling.
 
 A split layout that was a default, not a choice, turns unified (`RelayoutKind.WIDEN`) for the first
@@ -12,7 +12,7 @@ request longer than a stream: a new context on the loaded model, every sequence 
 scheduler to recompute. Once no request has needed more for a while, it turns split again (NARROW) the
 same way; the CPU tuning's attention follower may switch the kernel likewise (ATTENTION).
 
-Stored prefixes (runtime.reuse.stored): after a row marked `store_prefix` (a long shared head),
+Stored prefixes (runtime.reuse.saved_states): after a row marked `store_prefix` (a long shared head),
 the sequence's whole state is kept in RAM and on disk; a RESTORE op puts it back into a request's
 sequence, in this run or a later one.
 """
@@ -30,19 +30,16 @@ import llama_cpp
 from swarm_panel.runtime.core.engine import EngineCaps, EngineError, RelayoutKind, StepPlan, StepResult
 from swarm_panel.runtime.core.progress import Progress, no_progress
 from swarm_panel.runtime.llama.context import ContextSettings, Layout, LlamaContext, resolve_flash_attn
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower
-from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import thread_governor
+from swarm_panel.runtime.llama.cpu_tuning.followers import AttentionCurve, AttentionFollower, thread_governor
 from swarm_panel.runtime.llama.device_fit import device_shortfall
-from swarm_panel.runtime.llama.devices import idle_gpu_backends
+from swarm_panel.runtime.llama.devices import device_name, idle_gpu_backends
 from swarm_panel.runtime.llama.facts import LlamaFacts, LlamaFigures
 from swarm_panel.runtime.llama.figures import live_figures
-from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, default_threads, device_name, on_cpu
-from swarm_panel.runtime.llama.prefix_ops import PrefixOps
+from swarm_panel.runtime.llama.model import LlamaModel, ModelLoadError, default_threads, on_cpu
 from swarm_panel.runtime.llama.runner import StepRunner
-from swarm_panel.runtime.llama.sequences import Sequences
+from swarm_panel.runtime.llama.sequences import PrefixOps, Sequences
 from swarm_panel.runtime.planning.memory_plan import PlanSettings
-from swarm_panel.runtime.reuse.parked import ParkedSequences
-from swarm_panel.runtime.reuse.stored import PrefixKeeper
+from swarm_panel.runtime.reuse.saved_states import ParkedSequences, PrefixKeeper
 from swarm_panel.runtime.reuse.stored_files import PrefixStoreOptions
 
 log = logging.getLogger(__name__)
@@ -50,7 +47,7 @@ log = logging.getLogger(__name__)
 # Host memory for recurrent-state checkpoints: about 20 of Qwen3.5-9B's ~50 MB states, thousands of a
 # tiny model's. Outside the KV, which llama.cpp sizes from n_ctx alone.
 DEFAULT_CHECKPOINT_BUDGET = 1 << 30
-# Host memory for finished sequences parked out of a unified KV pool (runtime.reuse.parked).
+# Host memory for finished sequences parked out of a unified KV pool (runtime.reuse.saved_states).
 DEFAULT_PARK_BUDGET = 2 << 30
 
 
@@ -112,7 +109,7 @@ class LlamaEngine:
         self.extra_buffers, self.extra_buffers_reason = extra_buffers, extra_buffers_reason
         self.note = note
         # Both kernels' decode steps by context, where the probe timed them: the kernel then follows the
-        # contexts served (runtime.llama.cpu_tuning.attention_follower, asked by the engine thread).
+        # contexts served (runtime.llama.cpu_tuning.followers.AttentionFollower, asked by the engine thread).
         self.attention_curve = attention_curve
         self._attention = AttentionFollower(attention_curve, layout.flash_attn) if attention_curve else None
         # The split layout's kernel and why, kept while widened, for `narrow` to bring back.

@@ -47,7 +47,7 @@ class LlamaFacts(EngineFacts):
 
 @dataclass(frozen=True, slots=True)
 class DecodeCallFit:
-    """One decode call's fitted cost (cpu_tuning.decode_calls), rounded as /v1/models shows it."""
+    """One decode call's fitted cost (cpu_tuning.followers.CallCost), rounded as /v1/models shows it."""
 
     ubatch_ms: float
     row_ms: float

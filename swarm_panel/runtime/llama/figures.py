@@ -4,7 +4,7 @@ thread governor when asked."""
 from __future__ import annotations
 
 from swarm_panel.runtime.llama.context import LlamaContext
-from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import ThreadGovernor
+from swarm_panel.runtime.llama.cpu_tuning.followers import ThreadGovernor
 from swarm_panel.runtime.llama.facts import DecodeCallFit, LlamaFigures
 from swarm_panel.runtime.llama.runner import StepRunner
 from swarm_panel.runtime.llama.sequences import Sequences

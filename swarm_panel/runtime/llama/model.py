@@ -1,11 +1,16 @@
-"""The loaded weights and what they say of themselves: vocabulary, chat template and facts; contexts
-are made on them (runtime.llama.context), and a tokenizer view for other threads (`tokenizer`).
+"""The loaded weights and what they say of themselves: vocabulary, chat template, memory kind and facts;
+contexts are made on them (runtime.llama.context), and a tokenizer view for other threads (`tokenizer`).
 
 Its vocabulary (LlamaVocab, below): token ids to bytes and back, for this thread and the loop thread's tokenizer view.
+
+llama.cpp's backend, initialised once before anything is loaded (`ensure_backend`), with its log routed
+into Python `logging` (the "llama_cpp" logger) instead of stderr; the warnings and errors it logged are
+kept, so a load, a context or a grammar that fails can say why (`take_recent_problems`).
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import logging
@@ -18,12 +23,12 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from swarm_panel.runtime.core.engine import EngineLoadError
 from swarm_panel.runtime.core.progress import Progress
-from swarm_panel.runtime.llama.devices import idle_gpu_backends, offload_devices
-from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
-from swarm_panel.runtime.llama.memory import memory_kind
 from swarm_panel.runtime.llama.model_info import CHAT_TEMPLATE, chat_template, model_facts
 
 log = logging.getLogger(__name__)
+llama_cpp_logger = logging.getLogger("llama_cpp")
+
+ATTENTION, HYBRID, RECURRENT = "attention", "hybrid", "recurrent"
 
 
 class ModelLoadError(EngineLoadError):
@@ -47,12 +52,12 @@ def default_threads(n_gpu_layers: int, leave_a_core: bool = False) -> int:
     return max(1, cores - 1) if leave_a_core else cores
 
 
-def device_name(n_gpu_layers: int) -> str:
-    if on_cpu(n_gpu_layers):
-        idle = idle_gpu_backends()
-        return f"CPU (this {', '.join(idle)} build found no device)" if idle else "CPU"
-    devices = offload_devices()
-    return devices[0].line() if devices else "GPU"
+def memory_kind(model: llama_cpp.llama_model_p) -> str:
+    if llama_cpp.llama_model_is_hybrid(model):
+        return HYBRID
+    if llama_cpp.llama_model_is_recurrent(model):
+        return RECURRENT
+    return ATTENTION
 
 
 class LlamaModel:
@@ -193,3 +198,50 @@ class LlamaVocab:
     @functools.cached_property
     def eog_tokens(self) -> frozenset[int]:
         return frozenset(t for t in range(self.n_tokens) if self.is_eog(t))
+
+
+# ----- llama.cpp's backend and its log -----
+
+_GGML_LOG_LEVEL_WARN = 3
+_GGML_LOG_LEVEL_ERROR = 4
+_GGML_LOG_LEVEL_CONT = 5
+
+_recent_problems: collections.deque[str] = collections.deque(maxlen=8)
+_partial: list[str] = []
+_partial_level = 0
+_initialised = False
+
+
+def _forward(level: int, text: bytes | None, _user_data: object) -> None:
+    global _partial_level
+    if level != _GGML_LOG_LEVEL_CONT:
+        _partial_level = level
+    _partial.append((text or b"").decode("utf-8", errors="replace"))
+    if not _partial[-1].endswith("\n"):
+        return
+    line = "".join(_partial).rstrip()
+    _partial.clear()
+    if _partial_level in (_GGML_LOG_LEVEL_WARN, _GGML_LOG_LEVEL_ERROR):
+        _recent_problems.append(line)
+    llama_cpp_logger.debug("%s", line)
+
+
+# ctypes would free the trampoline if nothing kept this reference.
+_callback = llama_cpp.llama_log_callback(_forward)
+
+
+def ensure_backend() -> None:
+    """Silence llama.cpp's stderr logging and initialise its backend; safe to call repeatedly."""
+    global _initialised
+    if _initialised:
+        return
+    llama_cpp.llama_log_set(_callback, None)
+    llama_cpp.llama_backend_init()
+    _initialised = True
+
+
+def take_recent_problems() -> list[str]:
+    """Warnings and errors llama.cpp logged since the last call (at most the last 8)."""
+    problems = list(_recent_problems)
+    _recent_problems.clear()
+    return problems

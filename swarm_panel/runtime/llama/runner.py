@@ -1,5 +1,5 @@
 """One step on the llama engine: the rows laid out in one llama_batch, llama_decode (with split KV, a
-few calls where one stream is far fuller than the rest: runtime.llama.cpu_tuning.decode_calls), and
+few calls where one stream is far fuller than the rest: runtime.llama.cpu_tuning.followers), and
 each row's token sampled. Prefix ops and releases have run before (runtime.llama.engine.step).
 """
 
@@ -18,10 +18,9 @@ import numpy as np
 from swarm_panel.runtime.core.black_box import black_box
 from swarm_panel.runtime.core.engine import EngineError, KVCacheFull, Row, RowKind, Sample, StepResult
 from swarm_panel.runtime.core.request import Request
-from swarm_panel.runtime.llama.cpu_tuning.decode_calls import RowSpan, plan_calls, ubatch_features
-from swarm_panel.runtime.llama.log import take_recent_problems
-from swarm_panel.runtime.llama.memory import MemoryRefused
-from swarm_panel.runtime.llama.model import LlamaModel
+from swarm_panel.runtime.llama.context import MemoryRefused
+from swarm_panel.runtime.llama.cpu_tuning.followers import RowSpan, plan_calls, ubatch_features
+from swarm_panel.runtime.llama.model import LlamaModel, take_recent_problems
 from swarm_panel.runtime.llama.sampling import (
     GreedySampler,
     build_backend_sampler,
@@ -31,7 +30,7 @@ from swarm_panel.runtime.llama.sampling import (
     token_logprob,
 )
 from swarm_panel.runtime.llama.sequences import Lane, Sequences
-from swarm_panel.runtime.reuse.stored import PrefixKeeper
+from swarm_panel.runtime.reuse.saved_states import PrefixKeeper
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ class StepRunner:
         self.computes_async = computes_async
         # Steps run as more than one llama_decode call.
         self.split_steps = 0
-        # The step being run's times (runtime.core.step_account), filled in as it runs.
+        # The step being run's times (runtime.serving.metrics.StepAccount), filled in as it runs.
         self._times = StepResult({}, 0.0)
         # The step's host work to run while the device computes (StepPlan.while_computing), until it has run.
         self._while_computing = None
@@ -136,7 +135,7 @@ class StepRunner:
         lane.sampler = build_sampler(sampling, self.vocab.n_tokens, eog, request.token_ids, vocab, output)
 
     def _calls(self, admitted: list[tuple[int, Row]]) -> list[list[tuple[int, Row]]]:
-        """The step's llama_decode calls (runtime.llama.cpu_tuning.decode_calls): with split KV, rows whose stream is far
+        """The step's llama_decode calls (runtime.llama.cpu_tuning.followers): with split KV, rows whose stream is far
         fuller than their neighbours' may run apart; a unified pool spans the same cells for every row."""
         call_cost = self.context.call_cost
         if self.seqs.kv_unified or call_cost is None or len(admitted) < 2:

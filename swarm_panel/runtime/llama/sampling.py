@@ -17,7 +17,7 @@ import llama_cpp
 import numpy as np
 
 from swarm_panel.runtime.core.request import SamplingParams, TokenLogprob
-from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
+from swarm_panel.runtime.llama.model import ensure_backend, take_recent_problems
 
 GRAMMAR_ROOT = b"root"
 

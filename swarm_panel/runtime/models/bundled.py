@@ -48,7 +48,7 @@ def cpu_copy(source: Path | None = None, target: Path | None = None) -> Path | N
     """
     import llama_cpp
 
-    from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
+    from swarm_panel.runtime.llama.model import ensure_backend, take_recent_problems
 
     source = source or bundled_model_path()
     target = target or platformdirs.user_data_path("swarm-panel") / (source.stem.replace(".Q4_1", "") + ".F16.gguf")

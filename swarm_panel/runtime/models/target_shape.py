@@ -27,8 +27,7 @@ import gguf
 import llama_cpp
 import numpy as np
 
-from swarm_panel.runtime.llama.log import ensure_backend, take_recent_problems
-from swarm_panel.runtime.llama.log import logger as llama_cpp_logger
+from swarm_panel.runtime.llama.model import ensure_backend, llama_cpp_logger, take_recent_problems
 from swarm_panel.runtime.models.demo import add_demo_metadata, build_vocab, damp_non_words, head_tensor_specs
 from swarm_panel.runtime.models.demo_hybrid import HybridShape, TensorSpec, hybrid_tensor_specs
 
@@ -139,7 +138,7 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], model_typ
 
 @contextlib.contextmanager
 def _quantize_progress(progress: Progress | None) -> Iterator[None]:
-    """Report the quantizer's per-tensor log lines, which runtime.llama.log forwards as debug records."""
+    """Report the quantizer's per-tensor log lines, which runtime.llama.model forwards as debug records."""
     if progress is None:
         yield
         return

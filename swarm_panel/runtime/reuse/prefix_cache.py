@@ -1,4 +1,5 @@
-"""Finished sequences whose KV stays resident, found again by the longest common token prefix.
+"""Finished sequences kept for reuse, found again by the longest common token prefix; when each agent
+is likely back (what they are evicted and parked by); and where a hybrid model's sequences can resume.
 
 The scheduler owns one PrefixCache; the prefix planner (runtime.scheduling.prefix_planner) decides what goes
 in and what comes out, and the KV budget (runtime.scheduling.lanes) reads its token count. Each entry
@@ -6,7 +7,7 @@ names a finished request (the handle the engine knows its sequence by) and the t
 holds at positions 0..n-1. Entries are kept in least-recently-used order. Whenever live sequences need
 the room, an entry a queued request would take its prefix from (its longest match, among the first
 QUEUED_LOOKAHEAD queued) goes last; of the others, the one whose agent is expected back furthest from
-now (runtime.reuse.prefix_cache), the least recently used among equals (all of them, before any
+now (`ReturnForecast`), the least recently used among equals (all of them, before any
 gap is known).
 
 Lookup is a vectorised scan: the new prompt is compared with every entry's tokens (and the live
@@ -18,11 +19,42 @@ On a hybrid or recurrent model a sequence can resume only where its recurrent st
 own end, or a checkpoint): the planner passes `resume`, which cuts each match back to such a point.
 
 An entry is resident (its KV in the engine's cells, under a sequence id) or parked (in host RAM,
-swarm_panel.runtime.reuse.parked): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
+swarm_panel.runtime.reuse.saved_states): `max_entries` bounds the resident ones and `max_parked` the parked ones, and
 only resident entries count in `num_tokens` and `num_resident`, what the KV budget and the id pool
 read.
 
 When each agent is likely back from its tool (ReturnForecast, below): what cached sequences are evicted and parked by.
+
+Where a hybrid or recurrent model's sequences can resume, and where prompts leave checkpoints
+(`Resumption`, below). A recurrent state is exact only at the position it has reached, so a sequence
+holding `held` tokens can hand on a prefix of n tokens only when n == held, or when a checkpoint of
+those n tokens exists (runtime.core.checkpoints). Checkpoints are made where later requests are likely
+to resume:
+- the end of a shared system prompt, so other agents start from it: the first end-of-turn token of a
+  chat prompt (`<|im_end|>` after the system message), or what the caller marks in
+  Request.checkpoint_positions (the bench's synthetic system prompt);
+- the end of every later turn in the prompt, so a harness that re-renders or reorders its history
+  (aider inserts the last exchange before its files) resumes at the last turn both prompts share
+  rather than at the system prompt's end (a turn's end costs a step boundary and a state copy once:
+  a checkpoint kept for the same tokens is not made again);
+- the end of each prompt but its last token, so an exact repeat, or the next turn of a conversation
+  whose re-rendered history differs from the tokens sampled, resumes there (a request's first sample
+  needs one uncomputed prompt token, so a resume point is never the whole prompt).
+A prompt chunk ends at the next such boundary and the engine snapshots the state after it; the last
+prompt token then rides the next step beside the decode rows. That costs a request one step of
+latency, so a prompt shorter than MIN_CHECKPOINT_TOKENS, cheap to recompute, gets no checkpoint at
+its end. A cut costs more than the step, too: llama.cpp splits a hybrid's step into micro-batches
+whose sequences all take the same number of tokens, so every short piece is one more pass over the
+weights (runtime.scheduling.step.piece_tokens). So boundaries closer than NEAR_TOKENS make
+no cut of their own, at the price of at most that many tokens recomputed by a request that resumes
+there:
+- the end of the prompt but its last token, when a turn ends at most NEAR_TOKENS before it (the
+  generation prompt after the last message: Qwen3.5's is 11 tokens), is left to that turn's end;
+- a boundary at most NEAR_TOKENS past a chunk's start (the end of the reply a follow-up turn resumes
+  after) moves back to the start, where the state is at hand before the step: the engine snapshots it
+  then (Row.checkpoint_start), before computing on.
+The shared head's end (`head_ends`) is also where the engine keeps a stored prefix
+(runtime.reuse.saved_states), on any model, where the head is long.
 """
 
 from __future__ import annotations
@@ -36,10 +68,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from swarm_panel.runtime.core.checkpoints import CheckpointStore
 from swarm_panel.runtime.core.request import Request
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.reuse.stored import StoredPrefix
+    from swarm_panel.runtime.reuse.saved_states import StoredPrefix
 
 # Shorter common prefixes are not worth a KV move (every prompt shares its BOS token).
 MIN_MATCH_TOKENS = 8
@@ -67,7 +100,7 @@ class CacheEntry:
     # Token ids at positions 0..len-1 of that sequence.
     tokens: np.ndarray
     agent: str
-    # Parked in host RAM (runtime.reuse.parked): it holds no KV cells and no sequence id until reused.
+    # Parked in host RAM (runtime.reuse.saved_states): it holds no KV cells and no sequence id until reused.
     parked: bool = False
 
     @property
@@ -77,7 +110,7 @@ class CacheEntry:
 
 @dataclass(slots=True)
 class Match:
-    # A CacheEntry, a live Request whose computed tokens match, or a stored prefix (runtime.reuse.stored).
+    # A CacheEntry, a live Request whose computed tokens match, or a stored prefix (runtime.reuse.saved_states).
     source: CacheEntry | Request | StoredPrefix
     num_tokens: int
 
@@ -258,7 +291,7 @@ class ReturnForecast:
             del self._gap[next(iter(self._gap))]
 
     def idle(self, agent: str, now: float) -> None:
-        """The agent's last request in the scheduler left it (runtime.policies.agent_service counts them)."""
+        """The agent's last request in the scheduler left it (runtime.policies.view.AgentService counts them)."""
         self.now = now
         self._idle_since[agent] = now
         if len(self._idle_since) > MAX_AGENTS:
@@ -276,3 +309,66 @@ class ReturnForecast:
         larger, the better to evict."""
         expected = (finished if finished is not None else now) + self.gap(agent)
         return abs(expected - now)
+
+
+# ----- where a hybrid's sequences resume -----
+
+MIN_CHECKPOINT_TOKENS = 64
+NEAR_TOKENS = 16
+
+
+def turn_end_array(turn_end_tokens: frozenset[int]) -> np.ndarray:
+    return np.fromiter(turn_end_tokens, dtype=np.int64)
+
+
+def head_ends(request: Request, turn_ends: np.ndarray) -> list[int]:
+    """Where the prompt's shared head ends, sorted: the first end-of-turn token (the system message's),
+    and the positions the caller marked. Other requests are likely to start with those tokens."""
+    prompt = request.num_prompt_tokens
+    marked = {p for p in request.checkpoint_positions if MIN_MATCH_TOKENS <= p < prompt}
+    if len(turn_ends):
+        ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), turn_ends))
+        if len(ends) and MIN_MATCH_TOKENS <= ends[0] + 1 < prompt:
+            marked.add(int(ends[0]) + 1)
+    return sorted(marked)
+
+
+class Resumption:
+    def __init__(self, checkpoints: CheckpointStore, turn_end_tokens: frozenset[int] = frozenset()) -> None:
+        self.checkpoints = checkpoints
+        self._turn_ends = turn_end_array(turn_end_tokens)
+
+    def point(self, tokens: np.ndarray, n: int, held: int) -> int:
+        """A match of n tokens against a sequence holding `held`, cut back to where it can resume."""
+        return n if n == held else self.checkpoints.longest(tokens, n)
+
+    def boundaries(self, request: Request) -> list[int]:
+        prompt = request.num_prompt_tokens
+        marked = set(head_ends(request, self._turn_ends))
+        if len(self._turn_ends):
+            ends = np.flatnonzero(np.isin(as_tokens(request.token_ids[:prompt]), self._turn_ends)) + 1
+            marked.update(int(end) for end in ends if MIN_MATCH_TOKENS <= end < prompt)
+        last = prompt - 1
+        if last >= MIN_CHECKPOINT_TOKENS and not any(last - NEAR_TOKENS <= b < last for b in marked):
+            marked.add(last)
+        return sorted(marked)
+
+    def chunk_end(self, request: Request, start: int, end: int) -> tuple[int, bool, bool]:
+        """Where a prompt chunk over [start, end) should end, whether a checkpoint follows it, and whether
+        one is taken at its start instead of a boundary just past it."""
+        tokens = None
+        at_start = False
+        heads = None
+        for boundary in self.boundaries(request):
+            if start < boundary <= end:
+                tokens = as_tokens(request.token_ids) if tokens is None else tokens
+                if self.checkpoints.has(tokens[:boundary]):
+                    continue
+                if boundary - start <= NEAR_TOKENS and start >= MIN_MATCH_TOKENS:
+                    # Other agents resume exactly at a shared head's end: that cut stays.
+                    heads = head_ends(request, self._turn_ends) if heads is None else heads
+                    if boundary not in heads:
+                        at_start = at_start or not self.checkpoints.has(tokens[:start])
+                        continue
+                return boundary, True, at_start
+        return end, False, at_start

@@ -1,4 +1,5 @@
-"""Stored prefixes on disk (runtime.reuse.stored): a file each, beside the engine's other cached verdicts, within a byte budget.
+"""Stored prefixes on disk (runtime.reuse.saved_states): a file each, beside the engine's other cached
+verdicts, within a byte budget.
 
 The folder is platformdirs' user cache path for "swarm-panel" (XDG_CACHE_HOME on Linux), under
 `prefix-store/`, one subfolder per key: a sha256 of the facts a saved llama.cpp sequence state is valid
@@ -55,7 +56,7 @@ LOST = "prefixes will be recomputed after a restart"
 
 @dataclass(frozen=True, slots=True)
 class PrefixStoreOptions:
-    """What the llama engine's prefix store may hold (runtime.reuse.stored)."""
+    """What the llama engine's prefix store may hold (runtime.reuse.saved_states)."""
 
     ram_budget_bytes: int
     disk_budget_bytes: int
@@ -113,7 +114,7 @@ def _name(tokens: np.ndarray) -> str:
 
 
 class PrefixFiles:
-    """A runtime.reuse.stored.PrefixBacking in one key's folder; `close` waits for queued writes."""
+    """A runtime.reuse.saved_states.PrefixBacking in one key's folder; `close` waits for queued writes."""
 
     def __init__(self, root: Path, facts: dict[str, Any], disk_budget_bytes: int) -> None:
         self.root = root

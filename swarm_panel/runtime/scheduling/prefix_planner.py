@@ -16,11 +16,11 @@ rather than adopting, and so cutting back, another agent's conversation.
 
 A stored prefix (the engine has a `prefix_store`: a long shared head's whole state, kept across
 sessions and runs) is a third source: a prompt that starts with one, where no live or cached sequence
-holds more, gets it restored (a RESTORE op; runtime.reuse.stored), and a prompt chunk that
+holds more, gets it restored (a RESTORE op; runtime.reuse.saved_states), and a prompt chunk that
 reaches a long head not stored yet ends there, for the engine to store it.
 
 Hybrid and recurrent models (the engine has `checkpoints`): a sequence's recurrent state is exact
-only where it stands, so a match is cut back to where its source can resume (runtime.reuse.resume), and
+only where it stands, so a match is cut back to where its source can resume (runtime.reuse.prefix_cache), and
 prompt chunks end at checkpoint boundaries, where the engine keeps the state for later requests.
 
 The planner also holds the releases the next plan carries: a sequence that is the source of a copy
@@ -41,11 +41,11 @@ from swarm_panel.runtime.reuse.prefix_cache import (
     CacheEntry,
     Match,
     PrefixCache,
+    Resumption,
     as_tokens,
     common_prefix_len,
 )
-from swarm_panel.runtime.reuse.resume import Resumption
-from swarm_panel.runtime.reuse.stored import StoredHeads, StoredPrefix
+from swarm_panel.runtime.reuse.saved_states import StoredHeads, StoredPrefix
 from swarm_panel.runtime.scheduling.lanes import KVBudget, Lane
 
 log = logging.getLogger(__name__)

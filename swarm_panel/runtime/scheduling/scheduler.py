@@ -7,15 +7,16 @@ for the requests' listeners and the step's StepStats. A request has no prefill o
 its own; it has `num_computed_tokens` catching up with `num_tokens`.
 
 The scheduler is sized by the engine's EngineCaps (runtime.core.engine) and holds its parts:
-- runtime.scheduling.admission: a config the engine holds, and waiting requests into free lanes while
-  the budget holds their prompts (a request reaches `add` admitted: its limits were settled there);
 - runtime.scheduling.lanes: the batch's width, which request each lane holds, the KV that costs
-  (KVBudget, live counters of what is held), and who gives it up when evicting is not enough;
-- runtime.scheduling.step_rows: a step's rows, one-token rows then prompt chunks within the prefill budget;
+  (KVBudget, live counters of what is held), and who gives it up when evicting is not enough; and
+  admission: a config the engine holds, and waiting requests into free lanes while the budget holds
+  their prompts (a request reaches `add` admitted: its limits were settled there);
+- runtime.scheduling.step: a step's rows, one-token rows then prompt chunks within the prefill budget, and
+  their folding back into the requests and the step's StepStats;
 - runtime.scheduling.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
 - a policy (runtime.policies.batching, runtime.policies.registry), which reads a runtime.policies.view.SchedulerView
   and returns decisions: who may enter, whether finished lanes pad, who computes under pressure;
-- runtime.scheduling.stats_builder: each step's StepStats; runtime.core.step_outcome: what the calls hand back.
+- runtime.core.step_outcome: what the calls hand back.
 
 Requests that end between steps (abort, a lowered budget, an engine out of KV) are handed back by
 the call that ended them. At the end of every step it asserts its invariants: the KV counter equals
@@ -33,20 +34,28 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, Row, StepPlan, StepResult
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
 from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
-from swarm_panel.runtime.policies.agent_service import AgentService
 from swarm_panel.runtime.policies.batching import Policy
 from swarm_panel.runtime.policies.registry import make_policy
-from swarm_panel.runtime.policies.view import SchedulerView
+from swarm_panel.runtime.policies.view import AgentService, SchedulerView
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache, ReturnForecast
-from swarm_panel.runtime.scheduling.admission import (
+from swarm_panel.runtime.scheduling.lanes import (
+    KVBudget,
+    Lane,
+    LaneTable,
     checked_config,
     fill_free_lanes,
+    pick_victim,
     unfit_after_change,
 )
-from swarm_panel.runtime.scheduling.lanes import KVBudget, Lane, LaneTable, pick_victim
 from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
-from swarm_panel.runtime.scheduling.step_fold import StatsBuilder, StepTally, apply_refusals, fold_row
-from swarm_panel.runtime.scheduling.step_rows import one_token_rows, prompt_chunks
+from swarm_panel.runtime.scheduling.step import (
+    StatsBuilder,
+    StepTally,
+    apply_refusals,
+    fold_row,
+    one_token_rows,
+    prompt_chunks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +139,7 @@ class Scheduler:
         return bool(self.waiting or self.lanes.of or self.prefix.has_releases)
 
     def add(self, request: Request, now: float) -> None:
-        """Queues an admitted request (runtime.scheduling.admission.settle decided that it fits)."""
+        """Queues an admitted request (runtime.scheduling.lanes.settle decided that it fits)."""
         request.arrival_time = now
         request.status = RequestStatus.WAITING
         self.service.arrived(request)

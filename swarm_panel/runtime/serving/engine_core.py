@@ -10,7 +10,7 @@
 `EngineCore` is the step, single-threaded: benchmarks and tests drive it themselves, on a virtual
 clock too. `EngineThread` runs it on a thread of its own behind the inbox: the only place the
 scheduler and engine are touched while serving. A request's limits are decided once, at admission
-(`EngineThread.admit`: runtime.scheduling.admission.settle); between steps only what a change since
+(`EngineThread.admit`: runtime.scheduling.lanes.settle); between steps only what a change since
 then could break is looked at again (runtime.serving.relayout: the KV layout).
 
 Overlap (`overlap`, for an engine whose compute returns before its outputs are ready: a card): a step's
@@ -27,14 +27,20 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine, EngineError, KVCacheFull, StepPlan, StepResult
+from swarm_panel.runtime.core.engine import (
+    Engine,
+    EngineError,
+    KVCacheFull,
+    RealClock,
+    StepPlan,
+    StepResult,
+    VirtualClock,
+)
 from swarm_panel.runtime.core.request import Request, RequestStatus
 from swarm_panel.runtime.core.stats import StepStats
-from swarm_panel.runtime.core.step_account import StepAccount, StepTotals
 from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
-from swarm_panel.runtime.scheduling.admission import (
+from swarm_panel.runtime.scheduling.lanes import (
     DEFAULT_MAX_TOKENS,
     RequestRejected,
     Settled,
@@ -43,7 +49,14 @@ from swarm_panel.runtime.scheduling.admission import (
 )
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.detokenize import OutputProcessor
-from swarm_panel.runtime.serving.metrics import EngineSnapshot, LaneView, MetricsAggregator, snapshot_of
+from swarm_panel.runtime.serving.metrics import (
+    EngineSnapshot,
+    LaneView,
+    MetricsAggregator,
+    StepAccount,
+    StepTotals,
+    snapshot_of,
+)
 from swarm_panel.runtime.serving.relayout import NARROW_AFTER_S, Relayouts
 
 log = logging.getLogger(__name__)
@@ -75,7 +88,7 @@ class EngineCore:
         self.on_stats = on_stats
         self.on_outputs = on_outputs
         self.output = OutputProcessor(engine.piece, engine.max_context)
-        # Where each step's time went (runtime.core.step_account), read by benchmarks and /metrics.
+        # Where each step's time went (runtime.serving.metrics.StepAccount), read by benchmarks and /metrics.
         self.account = StepAccount()
         self._last_result: StepResult | None = None
         # None: where the engine computes asynchronously (EngineCaps.computes_async).
@@ -254,7 +267,7 @@ class EngineThread:
         return self._snapshot
 
     def step_times(self) -> StepTotals:
-        """Where the engine thread's time has gone since it started (runtime.core.step_account)."""
+        """Where the engine thread's time has gone since it started (runtime.serving.metrics.StepAccount)."""
         return self.core.account.totals()
 
     @property
@@ -281,7 +294,7 @@ class EngineThread:
     def admit(self, num_prompt_tokens: int, asked_max_tokens: int | None, *,
               default_max_tokens: int = DEFAULT_MAX_TOKENS) -> tuple[Settled, Future[str | None] | None]:
         """Admission, the one place a request's limits are decided: its max_tokens, settled from the
-        last snapshot's caps and budget (runtime.scheduling.admission.settle), and, where it fits only
+        last snapshot's caps and budget (runtime.scheduling.lanes.settle), and, where it fits only
         once the engine widens its KV layout, a future of the widening at the next step boundary (None,
         or why it could not). Raises RequestRejected where it can never run."""
         if self._stopping:

@@ -3,7 +3,7 @@
 Three reasons, each decided here on the engine thread: a request that fits only in a unified pool
 has a split layout widen first; a widened layout turns split again once nothing has needed more than a
 lane's share for a while; and on a CPU the attention kernel follows the contexts served lately
-(runtime.llama.cpu_tuning.attention_follower). Every change drops the engine's sequences: a new
+(runtime.llama.cpu_tuning.followers.AttentionFollower). Every change drops the engine's sequences: a new
 scheduler sized by the new caps takes over every request, the live ones recomputing.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from swarm_panel.runtime.core.engine import EngineError, RelayoutKind
 from swarm_panel.runtime.core.request import Request
-from swarm_panel.runtime.scheduling.admission import Settled, unfit
+from swarm_panel.runtime.scheduling.lanes import Settled, unfit
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 
 if TYPE_CHECKING:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.core.engine import Engine, RealClock, VirtualClock
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus, SamplingParams
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
@@ -49,7 +48,7 @@ class RunResult:
     length_p50: float | None = None
     length_max: int = 0
     natural_stops: int = 0
-    # Where the steps' time went (runtime.core.step_account.StepTotals.as_dict); empty on a virtual clock.
+    # Where the steps' time went (runtime.serving.metrics.StepTotals.as_dict); empty on a virtual clock.
     step_times: dict = field(default_factory=dict)
 
     @property

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from swarm_panel.runtime.core.clock import RealClock, VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Engine
+from swarm_panel.runtime.core.engine import Engine, RealClock, VirtualClock
 from swarm_panel.runtime.core.request import Request, RequestOutput, SamplingParams
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.policies.fairness import fairness_figures

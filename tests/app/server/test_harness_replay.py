@@ -29,7 +29,7 @@ from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.service.request_log import RequestRecord
 from swarm_panel.runtime.core.engine import RowKind, Sample
 from swarm_panel.runtime.modeled.engine import ModeledEngine
-from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
+from swarm_panel.runtime.reuse.prefix_cache import NEAR_TOKENS
 from tests.app.server.test_server_common import modeled_service, running, settings, wait_until
 from tests.app.server.test_server_tools import QWEN25_TEMPLATE
 
@@ -310,7 +310,7 @@ def test_each_next_turn_computes_only_the_tokens_it_adds(replay):
                     f"computed {computed}, reused {reused}")
         assert shared - start <= len(turn.prompt_ids) // 20, "\n".join(seen)  # the hybrid's loss is small
         # A hybrid's point that lay at most NEAR_TOKENS past where a chunk of the previous prompt began,
-        # or after another point, made no cut of its own (runtime.reuse.resume): it resumes that much earlier.
+        # or after another point, made no cut of its own (runtime.reuse.prefix_cache): it resumes that much earlier.
         slack = NEAR_TOKENS if replay.recurrent else 0
         assert reused > 0 and computed <= len(turn.prompt_ids) - start + slack, "\n".join(seen)
         assert computed + reused >= len(turn.prompt_ids), "\n".join(seen)

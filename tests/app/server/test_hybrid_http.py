@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
+from swarm_panel.runtime.reuse.prefix_cache import NEAR_TOKENS
 from tests.app.server.test_server_common import panel, running, settings
 
 SYSTEM = "You are a careful coding agent. Read the failing test, then fix the parser. " * 6
@@ -60,7 +60,7 @@ def test_agents_sharing_a_system_prompt_repeats_and_next_turns_get_fresh_text(se
     assert cached[0] == 0 and min(cached[1:]) >= len(system_end)
     # Another agent copies the system prompt (split KV: into a stream of its own), so each agent's own
     # sequence stays cached: the repeat resumes at the end of its last message (the generation prompt
-    # after it is too short for a cut of its own: runtime.reuse.resume), every next turn at least at its
+    # after it is too short for a cut of its own: runtime.reuse.prefix_cache), every next turn at least at its
     # previous prompt.
     assert repeat.usage.prompt_tokens - 1 - NEAR_TOKENS <= cached[3] < repeat.usage.prompt_tokens
     assert all(c >= answers[i].usage.prompt_tokens - 1 for i, c in enumerate(cached[4:]))

@@ -9,9 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
+from swarm_panel.runtime.core.engine import RealClock, Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.sampling import runs_on_backend

@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from swarm_panel.runtime.core.checkpoints import CheckpointStore
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import PrefixOpKind
+from swarm_panel.runtime.core.engine import PrefixOpKind, VirtualClock
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.modeled.engine import IM_END_ID, ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
-from swarm_panel.runtime.reuse.resume import MIN_CHECKPOINT_TOKENS, NEAR_TOKENS, Resumption
+from swarm_panel.runtime.reuse.prefix_cache import MIN_CHECKPOINT_TOKENS, NEAR_TOKENS, Resumption
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan, engine_meta
+from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, RealClock, Row, RowKind, StepPlan, engine_meta
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.reuse.resume import NEAR_TOKENS
+from swarm_panel.runtime.reuse.prefix_cache import NEAR_TOKENS
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
@@ -117,7 +116,7 @@ def test_every_reuse_gives_the_tokens_of_a_fresh_computation(engine, policy):
         assert request.output_token_ids == fresh(engine, request.prompt_token_ids, request.sampling.max_tokens), \
             f"request {request.request_id} reused {reused[request.request_id]} tokens"
     # Reuse happened everywhere it can: repeats resume one token short of their prompt, or at most
-    # NEAR_TOKENS before that where the last chunk began that near its end (runtime.reuse.resume), next
+    # NEAR_TOKENS before that where the last chunk began that near its end (runtime.reuse.prefix_cache), next
     # turns at least at their previous prompt, the other agents at least at the system prompt (unified KV copies).
     assert all(r.num_cached_tokens >= max(r.num_prompt_tokens - 1 - NEAR_TOKENS, SYSTEM + 1)
                for r in repeats if engine.kv_unified)

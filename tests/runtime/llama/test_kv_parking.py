@@ -1,4 +1,4 @@
-"""Finished sequences parked in host RAM (swarm_panel.runtime.reuse.parked), on both architectures: out of the KV
+"""Finished sequences parked in host RAM (swarm_panel.runtime.reuse.saved_states), on both architectures: out of the KV
 cells while idle, back exactly when a later turn reuses them."""
 
 from __future__ import annotations

@@ -6,12 +6,11 @@ import random
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineCaps
+from swarm_panel.runtime.core.engine import EngineCaps, RealClock
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from swarm_panel.runtime.scheduling.admission import ContextExceeded, settle
+from swarm_panel.runtime.scheduling.lanes import ContextExceeded, settle
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 

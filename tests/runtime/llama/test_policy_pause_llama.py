@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import RealClock
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.core.stats import LANE_STALLED
 from swarm_panel.runtime.llama.engine import LlamaEngine

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from swarm_panel.runtime.reuse.stored import PrefixStore
+from swarm_panel.runtime.reuse.saved_states import PrefixStore
 from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixFiles
 
 STATE = 4096

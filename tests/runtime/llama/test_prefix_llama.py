@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
+from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, RealClock, Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler

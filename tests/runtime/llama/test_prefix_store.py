@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import RowKind
+from swarm_panel.runtime.core.engine import RealClock, RowKind
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.reuse.stored_files import SUFFIX, PrefixStoreOptions

@@ -2,10 +2,9 @@
 
 import pytest
 
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Row as PlanRow
-from swarm_panel.runtime.core.engine import RowKind, StepPlan
+from swarm_panel.runtime.core.engine import RowKind, StepPlan, VirtualClock
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.modeled.ceiling import DEFAULT_CONTEXTS, ceiling, ceiling_table
 from swarm_panel.runtime.modeled.engine import ModeledEngine

@@ -2,8 +2,8 @@
 
 import pytest
 
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import VirtualClock
 from swarm_panel.runtime.core.fit import StepLine
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B as CARD

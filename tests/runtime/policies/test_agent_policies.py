@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import VirtualClock
 from swarm_panel.runtime.core.request import RequestStatus
 from swarm_panel.runtime.core.stats import LANE_STALLED
 from swarm_panel.runtime.modeled.engine import ModeledEngine

@@ -7,9 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from swarm_panel.runtime.core.clock import VirtualClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import EngineCaps, PrefixOpKind
+from swarm_panel.runtime.core.engine import EngineCaps, PrefixOpKind, VirtualClock
 from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.reuse.prefix_cache import MIN_MATCH_TOKENS, PrefixCache, common_prefix_len

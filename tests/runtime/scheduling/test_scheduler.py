@@ -6,8 +6,8 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps
 from swarm_panel.runtime.core.request import RequestStatus
 from swarm_panel.runtime.core.stats import LANE_DECODE, LANE_PREFILL
-from swarm_panel.runtime.scheduling.admission import checked_config, unfit
-from swarm_panel.runtime.scheduling.step_rows import PIECE_SHARE, piece_tokens
+from swarm_panel.runtime.scheduling.lanes import checked_config, unfit
+from swarm_panel.runtime.scheduling.step import PIECE_SHARE, piece_tokens
 from tests.helpers import Harness
 
 
@@ -102,7 +102,7 @@ def test_a_short_prompt_does_not_wait_behind_a_long_one_admitted_before_it():
 
 
 def test_a_step_spends_no_cut_on_a_few_leftover_tokens_and_leaves_no_few_for_the_next():
-    """Every piece of a step is one more micro-batch pass in llama.cpp (runtime.scheduling.step_rows)."""
+    """Every piece of a step is one more micro-batch pass in llama.cpp (runtime.scheduling.step)."""
     h = Harness(policy="continuous", num_lanes=4, prefill_chunk=64, prefix_cache=False)
     slack = 64 // PIECE_SHARE
     first, later = h.add(1, prompt=60), h.add(1, prompt=100)

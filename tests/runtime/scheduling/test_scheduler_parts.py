@@ -72,8 +72,7 @@ def test_parked_entries_hold_no_kv_and_the_oldest_leave_past_their_count():
 
 
 def test_a_parked_conversation_is_admitted_only_where_its_restored_tokens_fit():
-    from swarm_panel.runtime.scheduling.admission import fill_free_lanes
-    from swarm_panel.runtime.scheduling.lanes import LaneTable
+    from swarm_panel.runtime.scheduling.lanes import LaneTable, fill_free_lanes
 
     cache = PrefixCache(2, max_parked=2)
     kv = KVBudget(capacity=40, state_tokens=0, cache=cache)

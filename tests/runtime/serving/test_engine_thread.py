@@ -6,7 +6,7 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
-from swarm_panel.runtime.scheduling.admission import RequestRejected
+from swarm_panel.runtime.scheduling.lanes import RequestRejected
 from swarm_panel.runtime.serving.engine_core import EngineThread
 
 FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms": 0.1})

@@ -20,7 +20,7 @@ from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama import context
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import ModelLoadError
-from swarm_panel.runtime.scheduling.admission import Settled
+from swarm_panel.runtime.scheduling.lanes import Settled
 from swarm_panel.runtime.serving.engine_core import EngineThread
 from tests.app.responses_api.test_responses_tools import CODEX_REQUEST
 from tests.app.server.test_server_common import running, settings, wait_until

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
-from swarm_panel.runtime.core.engine import StepResult
-from swarm_panel.runtime.core.step_account import PARTS, StepAccount, StepTotals
+from swarm_panel.runtime.core.engine import RealClock, StepResult
 from swarm_panel.runtime.llama.engine import LlamaEngine
+from swarm_panel.runtime.serving.metrics import PARTS, StepAccount, StepTotals
 from swarm_panel.runtime.workloads.closed_loop import run_closed_loop
 from swarm_panel.runtime.workloads.workload import SwarmWorkload
 

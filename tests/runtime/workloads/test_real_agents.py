@@ -9,8 +9,8 @@ import pytest
 
 from swarm_panel.app.loadgen.swarm import SwarmConfig, _Swarm, run_swarm
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.runtime.core.clock import RealClock
 from swarm_panel.runtime.core.config import SchedulerConfig
+from swarm_panel.runtime.core.engine import RealClock
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.model import default_threads
 from swarm_panel.runtime.workloads.agent_script import SYSTEM_PROMPT, AgentConversation

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_panel.runtime.core.progress import Progress, no_progress
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve
 from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import decide_extra_buffers
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
+from swarm_panel.runtime.llama.cpu_tuning.followers import AttentionCurve
 
 log = logging.getLogger(__name__)
 

@@ -166,7 +166,7 @@ def batch_logits(model_path: str, extra_buffers: bool) -> list[list[float]]:
     import llama_cpp
     import numpy as np
 
-    from swarm_panel.runtime.llama.log import ensure_backend
+    from swarm_panel.runtime.llama.model import ensure_backend
 
     ensure_backend()
     mparams = llama_cpp.llama_model_default_params()

@@ -31,7 +31,6 @@ import platformdirs
 
 from swarm_panel.runtime.core.engine import PrefixOp, PrefixOpKind, Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve
 from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import (
     machine_key,
     model_key,
@@ -39,6 +38,7 @@ from swarm_panel.runtime.llama.cpu_tuning.extra_buffers_probe import (
     read_verdicts,
     write_verdicts,
 )
+from swarm_panel.runtime.llama.cpu_tuning.followers import AttentionCurve
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.llama.engine import LlamaEngine
@@ -118,7 +118,7 @@ class FlashAttnDecision:
     setting: str  # "on", "off" or "auto" (llama.cpp's own choice)
     reason: str
     # Both kernels' decode steps at a short and a long context (split layouts, "auto" on a CPU): what
-    # runtime.llama.cpu_tuning.attention_follower switches by as the contexts served move.
+    # runtime.llama.cpu_tuning.followers.AttentionFollower switches by as the contexts served move.
     curve: AttentionCurve | None = None
 
 

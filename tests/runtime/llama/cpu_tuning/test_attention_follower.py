@@ -13,8 +13,8 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import RelayoutKind
 from swarm_panel.runtime.core.request import Request, SamplingParams
 from swarm_panel.runtime.llama.cpu_tuning import flash_attn_probe as probe
-from swarm_panel.runtime.llama.cpu_tuning.attention_follower import AttentionCurve, AttentionFollower, distinct_tokens
 from swarm_panel.runtime.llama.cpu_tuning.flash_attn_probe import ProbeLayout, decide_flash_attn
+from swarm_panel.runtime.llama.cpu_tuning.followers import AttentionCurve, AttentionFollower, distinct_tokens
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.serving.engine_core import EngineThread
 

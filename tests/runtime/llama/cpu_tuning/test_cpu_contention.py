@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.cpu_tuning.cpu_contention import CpuClock, ThreadGovernor
+from swarm_panel.runtime.llama.cpu_tuning.followers import CpuClock, ThreadGovernor
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.runtime.llama.model import default_threads

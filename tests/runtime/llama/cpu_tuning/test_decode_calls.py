@@ -1,4 +1,5 @@
-"""How a split-KV step's rows become llama_decode calls (swarm_panel.runtime.llama.cpu_tuning.decode_calls), without llama.cpp."""
+"""How a split-KV step's rows become llama_decode calls (swarm_panel.runtime.llama.cpu_tuning.followers),
+without llama.cpp."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from swarm_panel.runtime.llama.cpu_tuning.decode_calls import (
+from swarm_panel.runtime.llama.cpu_tuning.followers import (
     PROBE,
     CallCoefficients,
     CallCost,

@@ -6,7 +6,7 @@ import llama_cpp
 
 from swarm_panel.runtime.core.engine import Row, RowKind, StepPlan
 from swarm_panel.runtime.core.request import Request, SamplingParams
-from swarm_panel.runtime.llama.cpu_tuning.decode_calls import CallCoefficients, CallCost
+from swarm_panel.runtime.llama.cpu_tuning.followers import CallCoefficients, CallCost
 from swarm_panel.runtime.llama.engine import LlamaEngine
 
 CHUNK = 96
