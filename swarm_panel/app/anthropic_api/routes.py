@@ -39,8 +39,7 @@ from swarm_panel.app.anthropic_api.models import (
     ThinkingDelta,
     ToolUseBlock,
 )
-from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest
+from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest, ReplyPiece
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.engine_client import EngineClient, respond
 from swarm_panel.app.endpoint.errors import bad_request

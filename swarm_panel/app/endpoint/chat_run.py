@@ -23,7 +23,7 @@ from typing import Protocol
 
 from starlette.requests import Request
 
-from swarm_panel.app.chat.reply import Reply, ReplyParser, ReplyPiece
+from swarm_panel.app.chat.request import Reply, ReplyParser, ReplyPiece
 from swarm_panel.app.endpoint.errors import APIError
 from swarm_panel.app.endpoint.incoming import agent_from_scope
 from swarm_panel.app.service.request_log import RequestLog, RequestRecord

@@ -17,10 +17,8 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
-from swarm_panel.app.chat.reply import ReplyParser
-from swarm_panel.app.chat.request import ChatCompletionRequest, SamplingRequest
+from swarm_panel.app.chat.request import ChatCompletionRequest, ReplyParser, SamplingRequest, for_template
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
 from swarm_panel.app.endpoint.chat_run import RECORDED, ChatRun, Choice, OutputRouter, RequestHandle, run_record
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
