@@ -32,7 +32,7 @@ from swarm_panel.app.endpoint.streaming import (
     unless_hung_up,
     with_heartbeat,
 )
-from swarm_panel.app.service.agent_activity import last_user_text
+from swarm_panel.app.service.agents import last_user_text
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.engine import Engine

@@ -14,7 +14,7 @@ sequence in place (an agent's next turn adopts its last one) and the parent's ne
 recompute what it had. The harnesses say which requests are a sub-agent's, so those are named
 PARENT/ID.
 
-Keys. Who may use which route, by the key a request sends (app.service.agent_keys says whose it is).
+Keys. Who may use which route, by the key a request sends (app.service.agents says whose it is).
 
 Three kinds of route: INFERENCE (generation, token counts, models), READ (the scheduler's state, /metrics)
 and ADMIN (changing the scheduler or its policy).
@@ -39,7 +39,7 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from swarm_panel.app.endpoint.errors import APIError, bad_request, forbidden, unauthorized
-from swarm_panel.app.service.agent_keys import AGENT, PANEL, AgentKeys
+from swarm_panel.app.service.agents import AGENT, PANEL, AgentKeys
 from swarm_panel.app.service.panel_key_file import folder
 from swarm_panel.runtime.core.config import MAX_PRIORITY
 

@@ -37,7 +37,7 @@ from swarm_panel.app.endpoint.streaming import (
 from swarm_panel.app.gateway.admission import Gateway, Lease
 from swarm_panel.app.gateway.prom import build_gateway_registry
 from swarm_panel.app.gateway.request_facts import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
-from swarm_panel.app.service.agent_keys import AgentKeys
+from swarm_panel.app.service.agents import AgentKeys
 from swarm_panel.app.settings.schema import Settings
 
 log = logging.getLogger(__name__)
