@@ -2,7 +2,7 @@
 
 The request becomes a ChatCompletionRequest (system, text blocks, tool_use as tool calls,
 tool_result as tool messages) and runs the chat path; the reply becomes thinking, text and
-tool_use blocks. Errors here are Anthropic-shaped (app.endpoint.errors picks the shape by path).
+tool_use blocks. Errors here are Anthropic-shaped (app.anthropic_api.errors).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from swarm_panel.app.anthropic_api.errors import AnthropicRoute
 from swarm_panel.app.anthropic_api.models import (
     AnthropicUsage,
     ContentBlock,
@@ -240,7 +241,7 @@ def session_of(user_id: str | None) -> str | None:
 
 
 def anthropic_router(server: EngineClient) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=AnthropicRoute)
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
         user = (agent_from_scope(request.scope) or request.headers.get("x-agent-name")
@@ -270,7 +271,7 @@ def anthropic_router(server: EngineClient) -> APIRouter:
             for chunk in writer.finish():
                 yield chunk
             if error is not None or reason == "error":
-                # The error event, then the stream's proper end (as app.endpoint.errors.stream_failure ends one).
+                # The error event, then the stream's proper end (as app.anthropic_api.errors.stream_end ends one).
                 yield sse_event(StreamError(error=ErrorDetail(message=error or "the engine failed")))
                 yield sse_event(MessageStop())
                 return
