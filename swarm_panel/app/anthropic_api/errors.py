@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarm_panel.app.endpoint.errors import APIError, ShapedRoute
-from swarm_panel.app.endpoint.streaming import sse
+from swarm_panel.app.endpoint.wire import sse
 
 # Where the server mounts the Messages API (app.server.app): an unrouted path under it is a Messages client's.
 MESSAGES_PREFIX = "/v1/messages"

@@ -44,8 +44,7 @@ from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest, 
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.engine_client import EngineClient, respond
 from swarm_panel.app.endpoint.errors import bad_request
-from swarm_panel.app.endpoint.incoming import agent_from_scope, read_json, with_subagent
-from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.endpoint.wire import agent_from_scope, read_json, sse_event, with_subagent
 
 
 def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:

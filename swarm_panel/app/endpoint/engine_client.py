@@ -23,12 +23,14 @@ from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
 from swarm_panel.app.endpoint.chat_run import RECORDED, ChatRun, Choice, OutputRouter, RequestHandle, run_record
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
-from swarm_panel.app.endpoint.incoming import agent_of, check_name, priority_of
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
-from swarm_panel.app.endpoint.streaming import (
+from swarm_panel.app.endpoint.wire import (
     KEEPALIVE,
     ClientGone,
     EventStreamResponse,
+    agent_of,
+    check_name,
+    priority_of,
     unless_hung_up,
     with_heartbeat,
 )

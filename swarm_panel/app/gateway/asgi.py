@@ -7,7 +7,7 @@ on another; failing mid-answer ends that one response with an error event (or a 
 A Responses API request naming a stored response goes to the backend that answered it, and GET and
 DELETE of /v1/responses/{id} (and its input_items) are forwarded there too. Also served: /health,
 /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler (gateway policy and
-routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.incoming): PUT
+routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.wire): PUT
 /v1/scheduler needs the panel's key (the user's --api-key, else the one the gateway made and published).
 """
 
@@ -26,12 +26,17 @@ from fastapi.responses import JSONResponse, Response
 
 from swarm_panel.app.anthropic_api import errors as anthropic_errors
 from swarm_panel.app.endpoint.errors import APIError, bad_request, install_error_handlers
-from swarm_panel.app.endpoint.incoming import ADMIN, INFERENCE, READ, guard, read_body, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
-from swarm_panel.app.endpoint.streaming import (
+from swarm_panel.app.endpoint.wire import (
+    ADMIN,
+    INFERENCE,
     KEEPALIVE,
+    READ,
     ClientGone,
     EventStreamResponse,
+    guard,
+    read_body,
+    read_json,
     relayed_with_heartbeat,
     unless_hung_up,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarm_panel.app.endpoint.errors import APIError, ShapedRoute
-from swarm_panel.app.endpoint.streaming import DONE, sse
+from swarm_panel.app.endpoint.wire import DONE, sse
 
 # Who is at fault, by status: the client (4xx, a specific type where OpenAI has one, else invalid_request_error)
 # or this server or one behind it (5xx: 500, 502 backend failed, 503 no capacity, 504 timed out).

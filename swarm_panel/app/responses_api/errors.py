@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from swarm_panel.app.endpoint.streaming import sse
+from swarm_panel.app.endpoint.wire import sse
 
 # Who is at fault, by status: the client (4xx: invalid_prompt, or a specific code) or this server or one behind
 # it (5xx: server_error). tests/faults/test_error_types.py walks every status the code emits.
