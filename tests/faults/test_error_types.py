@@ -12,7 +12,9 @@ import openai
 import pytest
 
 import swarm_panel
-from swarm_panel.app.endpoint.errors import anthropic_error_body, error_body, error_type, stream_failure
+from swarm_panel.app.anthropic_api import errors as anthropic_errors
+from swarm_panel.app.openai_api import errors as openai_errors
+from swarm_panel.app.responses_api import errors as responses_errors
 
 SOURCES = Path(swarm_panel.__file__).parent
 # The helpers that make an APIError without naming its status where they are called.
@@ -23,6 +25,9 @@ SPECIFIC = {401: ("authentication_error", "authentication_error"), 403: ("permis
             429: ("rate_limit_error", "rate_limit_error")}
 SERVER_TYPES = {"openai": {"server_error"}, "anthropic": {"api_error", "overloaded_error"},
                 "responses": {"server_error"}}
+# Each API's type (a Responses stream: its failure code) for a status.
+TYPE_OF = {"openai": openai_errors.error_type, "anthropic": anthropic_errors.error_type,
+           "responses": responses_errors.failure_code}
 
 
 def emitted_statuses() -> set[int]:
@@ -44,23 +49,23 @@ def test_the_sources_emit_client_and_server_errors_alike():
 
 @pytest.mark.parametrize("status", sorted(emitted_statuses() | set(range(400, 600))))
 def test_every_status_is_typed_by_who_is_at_fault(status):
-    for api in ("openai", "anthropic", "responses"):
-        kind = error_type(status, api)
+    for api, type_of in TYPE_OF.items():
+        kind = type_of(status)
         if status >= 500:
             assert kind in SERVER_TYPES[api], (status, api, kind)
         else:
             assert kind not in SERVER_TYPES[api], (status, api, kind)
     if status in SPECIFIC:
-        assert (error_type(status), error_type(status, "anthropic")) == SPECIFIC[status]
-    assert error_body(status, "m")["error"]["type"] == error_type(status)
-    assert anthropic_error_body(status, "m")["error"]["type"] == error_type(status, "anthropic")
+        assert (openai_errors.error_type(status), anthropic_errors.error_type(status)) == SPECIFIC[status]
+    assert openai_errors.error_body(status, "m")["error"]["type"] == openai_errors.error_type(status)
+    assert anthropic_errors.error_body(status, "m")["error"]["type"] == anthropic_errors.error_type(status)
 
 
 def test_the_named_server_statuses():
-    assert [error_type(s) for s in (500, 502, 503, 504)] == ["server_error"] * 4
-    assert [error_type(s, "anthropic") for s in (500, 502, 503, 504, 529)] == [
+    assert [openai_errors.error_type(s) for s in (500, 502, 503, 504)] == ["server_error"] * 4
+    assert [anthropic_errors.error_type(s) for s in (500, 502, 503, 504, 529)] == [
         "api_error", "api_error", "overloaded_error", "api_error", "overloaded_error"]
-    assert error_type(499) == "invalid_request_error"  # a hang-up is the client's (never sent: nobody is there)
+    assert openai_errors.error_type(499) == "invalid_request_error"  # a hang-up is the client's (never sent: nobody is there)
 
 
 def events(raw: bytes) -> list[tuple[str | None, str]]:
@@ -74,7 +79,7 @@ def events(raw: bytes) -> list[tuple[str | None, str]]:
 
 
 def test_a_failed_chat_stream_ends_with_an_error_chunk_then_done():
-    ended = stream_failure("/v1/chat/completions", 502, "backend b died", code="backend_failed")
+    ended = openai_errors.stream_end(502, "backend b died", code="backend_failed")
     [(_, error), (_, done)] = events(ended)
     assert json.loads(error)["error"] == {"message": "backend b died", "type": "server_error", "param": None,
                                           "code": "backend_failed"}
@@ -82,8 +87,8 @@ def test_a_failed_chat_stream_ends_with_an_error_chunk_then_done():
 
 
 def test_a_failed_responses_stream_ends_with_response_failed():
-    [(name, data)] = events(stream_failure("/v1/responses", 502, "backend b died", response_id="resp_1",
-                                           sequence_number=7, model="m"))
+    [(name, data)] = events(responses_errors.stream_end(502, "backend b died", response_id="resp_1",
+                                                        sequence_number=7, model="m"))
     event = json.loads(data)
     assert name == event["type"] == "response.failed" and event["sequence_number"] == 7
     assert event["response"]["id"] == "resp_1" and event["response"]["status"] == "failed"
@@ -92,7 +97,7 @@ def test_a_failed_responses_stream_ends_with_response_failed():
 
 @pytest.mark.parametrize(("status", "kind"), [(502, "api_error"), (503, "overloaded_error")])
 def test_a_failed_messages_stream_ends_with_the_error_event_then_message_stop(status, kind):
-    [(name, data), (stop, stop_data)] = events(stream_failure("/agents/a/v1/messages", status, "backend b died"))
+    [(name, data), (stop, stop_data)] = events(anthropic_errors.stream_end(status, "backend b died"))
     assert name == "error" and json.loads(data) == {"type": "error", "error": {"type": kind,
                                                                                 "message": "backend b died"}}
     assert stop == "message_stop" and json.loads(stop_data) == {"type": "message_stop"}
@@ -101,7 +106,7 @@ def test_a_failed_messages_stream_ends_with_the_error_event_then_message_stop(st
 def test_the_openai_sdk_raises_a_typed_error_on_a_failed_stream():
     head = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
             b'"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
-    body = head + stream_failure("/v1/chat/completions", 502, "backend b died", code="backend_failed")
+    body = head + openai_errors.stream_end(502, "backend b died", code="backend_failed")
     transport = httpx.MockTransport(lambda _: httpx.Response(200, headers={"content-type": "text/event-stream"},
                                                              content=body))
     with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,

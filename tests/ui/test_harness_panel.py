@@ -11,7 +11,7 @@ import pytest
 from PySide6 import QtCore
 
 from swarm_panel.app.harness.launcher import Launcher
-from swarm_panel.app.service.request_log import RequestLog, RequestRecord
+from swarm_panel.app.service.agents import RequestLog, RequestRecord
 from tests.app.harness.fake_harness import fake_kind, missing_kind
 
 SCENARIO_TIMEOUT_S = 60.0

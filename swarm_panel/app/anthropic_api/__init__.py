@@ -1,3 +1,3 @@
-"""Anthropic's Messages API: its bodies and stream events, and its routes. Imports endpoint, chat,
-openai_api.
+"""Anthropic's Messages API: its bodies and stream events, its routes, and its error shape (`errors`). Imports
+endpoint and chat.
 """

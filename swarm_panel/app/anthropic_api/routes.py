@@ -2,7 +2,7 @@
 
 The request becomes a ChatCompletionRequest (system, text blocks, tool_use as tool calls,
 tool_result as tool messages) and runs the chat path; the reply becomes thinking, text and
-tool_use blocks. Errors here are Anthropic-shaped (app.endpoint.errors picks the shape by path).
+tool_use blocks. Errors here are Anthropic-shaped (app.anthropic_api.errors).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from swarm_panel.app.anthropic_api.errors import AnthropicRoute
 from swarm_panel.app.anthropic_api.models import (
     AnthropicUsage,
     ContentBlock,
@@ -39,13 +40,11 @@ from swarm_panel.app.anthropic_api.models import (
     ThinkingDelta,
     ToolUseBlock,
 )
-from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest
+from swarm_panel.app.chat.request import MAX_NAME_CHARS, ChatCompletionRequest, ReplyPiece
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.engine_client import EngineClient, respond
 from swarm_panel.app.endpoint.errors import bad_request
-from swarm_panel.app.endpoint.incoming import agent_from_scope, read_json, with_subagent
-from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.endpoint.wire import agent_from_scope, read_json, sse_event, with_subagent
 
 
 def _text_blocks(blocks: list[dict[str, Any]] | str | None, param: str) -> str:
@@ -241,7 +240,7 @@ def session_of(user_id: str | None) -> str | None:
 
 
 def anthropic_router(server: EngineClient) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=AnthropicRoute)
 
     def agent_for(body: MessagesRequest, request: Request) -> str | None:
         user = (agent_from_scope(request.scope) or request.headers.get("x-agent-name")
@@ -271,7 +270,7 @@ def anthropic_router(server: EngineClient) -> APIRouter:
             for chunk in writer.finish():
                 yield chunk
             if error is not None or reason == "error":
-                # The error event, then the stream's proper end (as app.endpoint.errors.stream_failure ends one).
+                # The error event, then the stream's proper end (as app.anthropic_api.errors.stream_end ends one).
                 yield sse_event(StreamError(error=ErrorDetail(message=error or "the engine failed")))
                 yield sse_event(MessageStop())
                 return

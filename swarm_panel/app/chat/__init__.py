@@ -1,4 +1,4 @@
-"""A chat request and its text: the request bodies every chat-shaped API translates into (`request`,
-OpenAI's Chat Completions and Completions bodies), messages to a prompt, reasoning tags, tool calls per
-template family, and a reply split into its parts. Imports settings and runtime.core only.
+"""A chat request and its text: the request bodies every chat-shaped API translates into, their messages as
+the chat template receives them and a reply split into its parts as it streams (`request`), reasoning tags,
+and tool calls per template family. Imports settings and runtime.core only.
 """

@@ -1,19 +1,33 @@
-"""A chat (or completion) request as the endpoint core takes it: OpenAI's bodies, every field bounded.
-Chat Completions and Completions arrive in these; the Responses and Anthropic APIs translate theirs
-into a ChatCompletionRequest.
+"""A chat request, from its body to its reply's text: the request as the endpoint core takes it (OpenAI's
+bodies, every field bounded), its messages and tools as the model's chat template receives them
+(`for_template`), and one choice's raw text split into reasoning, content and tool calls as it streams
+(`ReplyParser`). Chat Completions and Completions arrive in these bodies; the Responses and Anthropic APIs
+translate theirs into a ChatCompletionRequest.
 
 Request models ignore fields they do not know (clients send many), so an unknown option is never an
 error; a known one out of range always is (a 400, never a 500). The upper bound of max_tokens is the
 engine's context, which only the server knows: it is checked when the request is built.
+
+A template that renders no tools (GENERIC) gets them as a system prompt that teaches Hermes tags,
+and its history's tool calls and results as text in those tags, so a model that was never shown
+the format still sees what it called and what came back.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swarm_panel.app.chat.reasoning import ReasoningSplitter, ThinkTags
+from swarm_panel.app.chat.tool_call_formats import ParsedToolCall, Tools
+from swarm_panel.app.chat.tool_calls import ToolCallFormat, ToolCallStreamParser
 from swarm_panel.runtime.core.request import MAX_TOP_LOGPROBS
+
+log = logging.getLogger(__name__)
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
@@ -293,3 +307,113 @@ class CompletionRequest(SamplingRequest):
         if value:
             raise ValueError("suffix is not supported by this server")
         return value
+
+
+# -- messages and tools as the chat template receives them -------------------------------------
+
+GENERIC_TOOLS_PROMPT = (
+    "You can call these tools. Each is described by a JSON schema:\n<tools>\n{tools}\n</tools>\n\n"
+    "To call a tool, reply with a JSON object holding its name and arguments inside tags, like this:\n"
+    "<tool_call>\n{{\"name\": \"<tool name>\", \"arguments\": {{<arguments>}}}}\n</tool_call>"
+)
+
+
+def for_template(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                 fmt: ToolCallFormat) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    if fmt is not ToolCallFormat.GENERIC:
+        return messages, tools
+    out = [_as_text(m) for m in messages]
+    if tools:
+        prompt = GENERIC_TOOLS_PROMPT.format(tools="\n".join(json.dumps(t.get("function", t)) for t in tools))
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out, None
+
+
+def _as_text(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("tool_calls"):
+        blocks = []
+        for call in message["tool_calls"]:
+            function = call.get("function", call)
+            arguments = function.get("arguments") or {}
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except ValueError:
+                    pass
+            blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": arguments})
+                          + "\n</tool_call>")
+        text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
+        return {k: v for k, v in message.items() if k != "tool_calls"} | {"content": text}
+    if message.get("role") == "tool":
+        return {**message, "content": f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"}
+    return message
+
+
+# -- the reply's raw text, split as it streams -------------------------------------------------
+
+@dataclass(slots=True)
+class ReplyPiece:
+    kind: Literal["reasoning", "content", "call"]
+    text: str = ""
+    call: ParsedToolCall | None = None
+
+
+@dataclass(slots=True)
+class Reply:
+    """A whole reply, as the non-streaming endpoints return it."""
+
+    reasoning: str = ""
+    content: str = ""
+    calls: list[ParsedToolCall] = field(default_factory=list)
+
+    def add(self, pieces: list[ReplyPiece]) -> None:
+        for piece in pieces:
+            if piece.kind == "reasoning":
+                self.reasoning += piece.text
+            elif piece.kind == "content":
+                self.content += piece.text
+            else:
+                self.calls.append(piece.call)
+
+
+class ReplyParser:
+    """Think tags first (when the template has them), then tool calls in what is left (when tools were offered)."""
+
+    def __init__(self, fmt: ToolCallFormat | None = None, tools: Tools = None, parallel: bool = True,
+                 think: ThinkTags | None = None, thinking: bool = False) -> None:
+        self._think = ReasoningSplitter(think, thinking) if think is not None else None
+        self._tools = ToolCallStreamParser(fmt, tools) if fmt is not None else None
+        self._parallel = parallel
+        self._num_calls = 0
+
+    def feed(self, text: str) -> list[ReplyPiece]:
+        return self._pieces(text, final=False)
+
+    def finish(self) -> list[ReplyPiece]:
+        return self._pieces("", final=True)
+
+    def _pieces(self, text: str, final: bool) -> list[ReplyPiece]:
+        pieces: list[ReplyPiece] = []
+        content = text
+        if self._think is not None:
+            reasoning, content = self._think.finish() if final else self._think.feed(text)
+            if reasoning:
+                pieces.append(ReplyPiece("reasoning", reasoning))
+        calls: list[ParsedToolCall] = []
+        if self._tools is not None:
+            content, calls = self._tools.feed(content)
+            if final:
+                rest, more = self._tools.finish()
+                content, calls = content + rest, calls + more
+        if content:
+            pieces.append(ReplyPiece("content", content))
+        for call in calls:
+            if self._num_calls and not self._parallel:
+                log.debug("dropping a second tool call (%s): parallel_tool_calls is false", call.name)
+                continue
+            self._num_calls += 1
+            pieces.append(ReplyPiece("call", call=call))
+        return pieces

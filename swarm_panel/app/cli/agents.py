@@ -28,8 +28,8 @@ from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOpt
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind, installed_version
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, FenceRefused, HarnessNotFound, HarnessRun, Launcher
 from swarm_panel.app.server.http_server import HttpServer, PortInUse
+from swarm_panel.app.service.agents import RequestRecord
 from swarm_panel.app.service.engine_service import SwarmService, share_the_interpreter
-from swarm_panel.app.service.request_log import RequestRecord
 from swarm_panel.app.settings.flags import add_settings_arguments, given
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.app.workspace.changes import changes

@@ -23,10 +23,10 @@ from typing import Protocol
 
 from starlette.requests import Request
 
-from swarm_panel.app.chat.reply import Reply, ReplyParser, ReplyPiece
+from swarm_panel.app.chat.request import Reply, ReplyParser, ReplyPiece
 from swarm_panel.app.endpoint.errors import APIError
-from swarm_panel.app.endpoint.incoming import agent_from_scope
-from swarm_panel.app.service.request_log import RequestLog, RequestRecord
+from swarm_panel.app.endpoint.wire import agent_from_scope
+from swarm_panel.app.service.agents import RequestLog, RequestRecord
 from swarm_panel.runtime.core.request import Request as EngineRequest
 from swarm_panel.runtime.core.request import RequestOutput, TokenLogprob
 from swarm_panel.runtime.scheduling.lanes import Settled

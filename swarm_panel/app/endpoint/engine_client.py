@@ -17,24 +17,24 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from swarm_panel.app.chat.prompt import for_template
 from swarm_panel.app.chat.reasoning import ThinkTags, starts_thinking, think_tags
-from swarm_panel.app.chat.reply import ReplyParser
-from swarm_panel.app.chat.request import ChatCompletionRequest, SamplingRequest
+from swarm_panel.app.chat.request import ChatCompletionRequest, ReplyParser, SamplingRequest, for_template
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, detect_format
 from swarm_panel.app.endpoint.chat_run import RECORDED, ChatRun, Choice, OutputRouter, RequestHandle, run_record
 from swarm_panel.app.endpoint.constrained import check_grammar, json_grammar, require_constraints, tool_call_grammar
 from swarm_panel.app.endpoint.errors import APIError, bad_request, overloaded
-from swarm_panel.app.endpoint.incoming import agent_of, check_name, priority_of
 from swarm_panel.app.endpoint.prom import ServerMetrics, StoredResponses, build_registry
-from swarm_panel.app.endpoint.streaming import (
+from swarm_panel.app.endpoint.wire import (
     KEEPALIVE,
     ClientGone,
     EventStreamResponse,
+    agent_of,
+    check_name,
+    priority_of,
     unless_hung_up,
     with_heartbeat,
 )
-from swarm_panel.app.service.agent_activity import last_user_text
+from swarm_panel.app.service.agents import last_user_text
 from swarm_panel.app.service.engine_service import SwarmService
 from swarm_panel.app.settings.schema import scheduler_values
 from swarm_panel.runtime.core.engine import Engine

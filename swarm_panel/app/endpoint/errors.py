@@ -1,71 +1,29 @@
-"""Errors in the API's own shape, and the handlers that make them.
+"""Errors: what a route raises (`APIError`: a status, and a message saying what to fix), the helpers that make
+the common ones, and the handlers that answer each in its route's API shape.
 
-OpenAI's {"error": {"message", "type", "param", "code"}} everywhere (the Responses API included),
-except under /v1/messages, where Anthropic clients expect {"type": "error", "error": {"type", "message"}}.
-A client's mistake is always a 4xx with a message saying what to fix; a 5xx is ours or a backend's, and its
-type says so (server_error; Anthropic's api_error or overloaded_error). A stream that fails after its 200
-ends with the API's own error event and proper end (`stream_failure`).
+A client's mistake is always a 4xx with a message saying what to fix; a 5xx is ours or a backend's, and its type
+says so. Each API's folder owns its shape (app.openai_api.errors, app.anthropic_api.errors,
+app.responses_api.errors): the JSON body its clients parse, and how its stream ends when it fails after its 200.
+An API's routes name its shape by their class (a `ShapedRoute`); a path no route matched (a 404) takes the shape
+its app registered for the path's prefix, else the app's fallback (OpenAI's).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from swarm_panel.app.endpoint.streaming import sse
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
-
-# Who is at fault, by status, in each API's words: the client (4xx, a specific type where the API has one,
-# else invalid_request_error) or this server or one behind it (5xx: 500, 502 backend failed, 503 no capacity,
-# 504 timed out). `error_type` reads it; tests/faults/test_error_types.py walks every status the code emits.
-_OPENAI_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
-}
-_ANTHROPIC_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
-# A Responses stream's `response.failed` carries a code, not a type.
-_RESPONSES_CODES = {429: "rate_limit_exceeded"}
-ANTHROPIC_PREFIX = "/v1/messages"
-
-
-def error_type(status: int, api: str = "openai") -> str:
-    """The error type (a Responses stream: its failure code) for `status` in `api`'s words."""
-    if api == "anthropic":
-        return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    if api == "responses":
-        return _RESPONSES_CODES.get(status, "server_error" if status >= 500 else "invalid_prompt")
-    return _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-
-
-def api_of(path: str) -> str:
-    """Which API a route's clients speak, by its path (an agent's /agents/NAME/v1/... included)."""
-    if "/messages" in path:
-        return "anthropic"
-    if "/responses" in path:
-        return "responses"
-    return "openai"
 
 
 class APIError(Exception):
@@ -85,12 +43,16 @@ class APIError(Exception):
         self.code = code
         self.headers = headers
 
-    def body(self) -> dict[str, Any]:
-        return error_body(self.status, self.message, self.param, self.code)
+
+ErrorJson = Callable[[APIError], dict[str, Any]]
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+class ShapedRoute(APIRoute):
+    """A route of an API whose errors have a shape of their own. The API's folder subclasses it with its
+    `error_json` and makes its router with it (`APIRouter(route_class=...)`); FastAPI leaves the route it matched
+    in the request's scope, where the handlers find it."""
+
+    error_json: ClassVar[ErrorJson]
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -126,30 +88,6 @@ def _is_type_tag(part: str) -> bool:
     return "[" in part or part in _TYPE_TAGS or part[:1].isupper()
 
 
-def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_type(status, "anthropic"), "message": message}}
-
-
-def stream_failure(path: str, status: int, message: str, *, code: str | None = None, response_id: str | None = None,
-                   sequence_number: int = 0, model: str = "") -> bytes:
-    """How a stream already answered 200 ends when it fails (`status` says who failed): the API's own error
-    event, then its proper end, so an SDK raises a typed error rather than a protocol error. Chat and
-    completions: an error chunk, then [DONE]. Responses: `response.failed`, its closing event. Messages: the
-    `error` event, then `message_stop`."""
-    api = api_of(path)
-    if api == "anthropic":
-        return (sse(anthropic_error_body(status, message), "error")
-                + sse({"type": "message_stop"}, "message_stop"))
-    if api == "responses":
-        response = {"id": response_id or f"resp_{uuid.uuid4().hex}", "object": "response",
-                    "created_at": int(time.time()), "status": "failed", "model": model, "output": [],
-                    "error": {"code": error_type(status, "responses"), "message": message},
-                    "incomplete_details": None}
-        return sse({"type": "response.failed", "sequence_number": sequence_number, "response": response},
-                    "response.failed")
-    return sse(error_body(status, message, code=code)) + b"data: [DONE]\n\n"
-
-
 def unauthorized(message: str = "missing or wrong API key: send 'Authorization: Bearer <key>' or "
                                 "'x-api-key: <key>'") -> APIError:
     return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -159,22 +97,23 @@ def forbidden(message: str) -> APIError:
     return APIError(403, message, code="forbidden")
 
 
-def shaped(request: Request, error: APIError) -> JSONResponse:
-    """The error in the shape the route's clients parse."""
-    if request.url.path.startswith(ANTHROPIC_PREFIX):
-        body = anthropic_error_body(error.status, error.message)
-    else:
-        body = error.body()
-    return JSONResponse(body, status_code=error.status, headers=error.headers)
-
-
-def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:
-    """Every error in its route's API shape; `on_error` sees each one first (the request log)."""
+def install_error_handlers(app: FastAPI, fallback: ErrorJson, by_prefix: Mapping[str, ErrorJson] | None = None,
+                           on_error: Callable[[Request, APIError], None] | None = None) -> None:
+    """Every error in its route's API shape: the matched route's, else (no route matched) the shape `by_prefix`
+    gives the first prefix the path starts with, else `fallback`. `on_error` sees each one first (the request
+    log)."""
+    prefixes = by_prefix or {}
 
     def error_response(request: Request, error: APIError) -> JSONResponse:
         if on_error is not None:
             on_error(request, error)
-        return shaped(request, error)
+        route = request.scope.get("route")
+        if isinstance(route, ShapedRoute):
+            shape = route.error_json
+        else:
+            path = request.url.path
+            shape = next((json for prefix, json in prefixes.items() if path.startswith(prefix)), fallback)
+        return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:

@@ -7,7 +7,7 @@ on another; failing mid-answer ends that one response with an error event (or a 
 A Responses API request naming a stored response goes to the backend that answered it, and GET and
 DELETE of /v1/responses/{id} (and its input_items) are forwarded there too. Also served: /health,
 /metrics (the gateway's figures per backend and agent), GET/PUT /v1/scheduler (gateway policy and
-routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.incoming): PUT
+routing), GET /v1/models (the first backend that is up). Keys as the server's (app.endpoint.wire): PUT
 /v1/scheduler needs the panel's key (the user's --api-key, else the one the gateway made and published).
 """
 
@@ -24,20 +24,28 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from swarm_panel.app.endpoint.errors import APIError, bad_request, install_error_handlers, stream_failure
-from swarm_panel.app.endpoint.incoming import ADMIN, INFERENCE, READ, guard, read_body, read_json
+from swarm_panel.app.anthropic_api import errors as anthropic_errors
+from swarm_panel.app.endpoint.errors import APIError, bad_request, install_error_handlers
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
-from swarm_panel.app.endpoint.streaming import (
+from swarm_panel.app.endpoint.wire import (
+    ADMIN,
+    INFERENCE,
     KEEPALIVE,
+    READ,
     ClientGone,
     EventStreamResponse,
+    guard,
+    read_body,
+    read_json,
     relayed_with_heartbeat,
     unless_hung_up,
 )
 from swarm_panel.app.gateway.admission import Gateway, Lease
 from swarm_panel.app.gateway.prom import build_gateway_registry
 from swarm_panel.app.gateway.request_facts import Inbound, UsageTap, forwarded_body, inspect, prompt_usage, response_id
-from swarm_panel.app.service.agent_keys import AgentKeys
+from swarm_panel.app.openai_api import errors as openai_errors
+from swarm_panel.app.responses_api import errors as responses_errors
+from swarm_panel.app.service.agents import AgentKeys
 from swarm_panel.app.settings.schema import Settings
 
 log = logging.getLogger(__name__)
@@ -68,13 +76,16 @@ def _beat(path: str) -> bytes:
 
 
 def _error_event(path: str, status: int, message: str, tap: UsageTap | None = None) -> bytes:
-    """The end of a stream the gateway already answered 200: the API's error event and proper end, typed by
-    who failed (a backend's death: 502)."""
-    code = "backend_failed" if status >= 500 else None
-    if tap is None:
-        return stream_failure(path, status, message, code=code)
-    return stream_failure(path, status, message, code=code, response_id=tap.response_id,
-                          sequence_number=tap.next_sequence, model=tap.model or "")
+    """The end of a stream the gateway already answered 200: the error event and proper end of the API the path
+    speaks, typed by who failed (a backend's death: 502)."""
+    if "/messages" in path:
+        return anthropic_errors.stream_end(status, message)
+    if "/responses" in path:
+        if tap is None:
+            return responses_errors.stream_end(status, message)
+        return responses_errors.stream_end(status, message, response_id=tap.response_id,
+                                           sequence_number=tap.next_sequence, model=tap.model or "")
+    return openai_errors.stream_end(status, message, code="backend_failed" if status >= 500 else None)
 
 
 def _whole_events(pending: bytes) -> tuple[bytes, bytes]:
@@ -286,7 +297,8 @@ def create_gateway_app(gateway: Gateway, settings: Settings | Callable[[], Setti
     app.state.gateway = gateway
     app.state.forwarder = forwarder
     app.state.keys = keys
-    install_error_handlers(app)
+    install_error_handlers(app, openai_errors.OpenAIRoute.error_json,
+                           {anthropic_errors.MESSAGES_PREFIX: anthropic_errors.AnthropicRoute.error_json})
 
     guarded = [Depends(guard(keys, INFERENCE))]
     reads = [Depends(guard(keys, READ))]

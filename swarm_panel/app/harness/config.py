@@ -4,7 +4,7 @@ Every launch gets a folder of its own as HOME and as each harness's config home 
 CODEX_HOME, XDG_*, QWEN_HOME), so the user's own settings, sessions and keys are neither read nor
 touched. Of the user's environment only what names a place or a locale passes (PASSED): no token, key,
 agent socket or proxy (GITHUB_TOKEN, AWS_*, HF_TOKEN, SSH_AUTH_SOCK...) reaches a harness. The base URL names the agent
-(`/agents/NAME`, app.endpoint.incoming), so its requests are counted and logged as NAME whatever
+(`/agents/NAME`, app.endpoint.wire), so its requests are counted and logged as NAME whatever
 the harness puts in its body. Each flag and variable below was checked against the installed
 harness's --help and its package's source (docs/agents.md names the versions).
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarm_panel.app.endpoint.incoming import agent_base_url
+from swarm_panel.app.endpoint.wire import agent_base_url
 from swarm_panel.runtime.core.careful_write import write_file
 
 DEFAULT_MODEL = "swarm-panel"  # the server answers any model name with the model it has loaded

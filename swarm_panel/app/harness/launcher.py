@@ -4,7 +4,7 @@ output's tail kept, its config home removed when it ends; its turns are its requ
 log, under the name its base URL gives it. Without a fence nothing is launched unless the user opted in
 (`unconfined`); a fence that was named and cannot run refuses every launch. A run is marked ended only once
 every process it started has ended (the fence's reaper returns last; Stop's kill reaches them all). Each holds,
-until it ends, a key of its own from the server's registry (app.service.agent_keys) and the way out its fence
+until it ends, a key of its own from the server's registry (app.service.agents) and the way out its fence
 allows (app.fence.network).
 
 Inside the fence the worktree is seen at its config home's slot's path (/tmp/swarm-panel-KIND-work-SLOT):
@@ -33,8 +33,7 @@ from swarm_panel.app.fence.reaper import kill_tree
 from swarm_panel.app.fence.walls import AUTO, BWRAP, LANDLOCK, Fence, Walls
 from swarm_panel.app.harness.config import HarnessOptions, Job, prepare
 from swarm_panel.app.harness.kinds import HarnessKind
-from swarm_panel.app.service.agent_keys import AgentKeys
-from swarm_panel.app.service.request_log import RequestLog, RequestRecord
+from swarm_panel.app.service.agents import AgentKeys, RequestLog, RequestRecord
 from swarm_panel.app.workspace.create import create
 from swarm_panel.app.workspace.git import NameTaken, WorkspaceError, out
 from swarm_panel.app.workspace.land import discard

@@ -1,4 +1,4 @@
 """OpenAI's API: its routes (`routes`: chat and completions, models), response bodies and logprobs
-(`models`), and stream writer (`stream`); the request bodies it shares with every chat-shaped API are
-app.chat.request's. Imports the endpoint core, chat, settings and runtime.core.
+(`models`), stream writer (`stream`) and error shape (`errors`); the request bodies it shares with every
+chat-shaped API are app.chat.request's. Imports the endpoint core, chat, settings and runtime.core.
 """

@@ -1,9 +1,9 @@
 """OpenAI's routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models and /v1/models/{id}.
 
-A request's path: read the body (capped, app.endpoint.incoming), validate it, render the chat template and
+A request's path: read the body (capped, app.endpoint.wire), validate it, render the chat template and
 tokenize (off the event loop when long), submit one runtime Request per choice through the engine client
 (app.endpoint.engine_client), then stream (app.openai_api.stream) or collect their outputs. Everything a
-client can get wrong becomes a 4xx in OpenAI's error shape (app.endpoint.errors).
+client can get wrong becomes a 4xx in OpenAI's error shape (app.openai_api.errors).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from swarm_panel.app.chat.request import ChatCompletionRequest, CompletionReques
 from swarm_panel.app.endpoint.chat_run import Choice
 from swarm_panel.app.endpoint.engine_client import EngineClient, respond
 from swarm_panel.app.endpoint.errors import APIError, bad_request
-from swarm_panel.app.endpoint.incoming import agent_of, read_json
+from swarm_panel.app.endpoint.wire import agent_of, read_json
+from swarm_panel.app.openai_api.errors import OpenAIRoute
 from swarm_panel.app.openai_api.models import (
     ChatChoice,
     ChatCompletion,
@@ -49,7 +50,7 @@ def chat_message(choice: Choice) -> ResponseMessage:
 
 def openai_router(server: EngineClient) -> APIRouter:
     """OpenAI's routes, mounted under /v1 by the server (app.server.app)."""
-    v1 = APIRouter()
+    v1 = APIRouter(route_class=OpenAIRoute)
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request):

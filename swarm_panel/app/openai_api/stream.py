@@ -6,8 +6,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 from swarm_panel.app.endpoint.chat_run import ChatRun
-from swarm_panel.app.endpoint.errors import error_body
-from swarm_panel.app.endpoint.streaming import DONE, sse
+from swarm_panel.app.endpoint.wire import DONE, sse
+from swarm_panel.app.openai_api.errors import error_body
 from swarm_panel.app.openai_api.models import (
     ChatChunkChoice,
     ChatCompletionChunk,

@@ -17,13 +17,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from swarm_panel.app.chat.reply import ReplyPiece
-from swarm_panel.app.chat.request import ChatCompletionRequest
+from swarm_panel.app.chat.request import ChatCompletionRequest, ReplyPiece
 from swarm_panel.app.endpoint.chat_run import ChatRun, Choice
 from swarm_panel.app.endpoint.engine_client import EngineClient, respond
 from swarm_panel.app.endpoint.errors import APIError, bad_request
-from swarm_panel.app.endpoint.incoming import read_json
-from swarm_panel.app.endpoint.streaming import sse_event
+from swarm_panel.app.endpoint.wire import read_json, sse_event
 from swarm_panel.app.responses_api.models import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,

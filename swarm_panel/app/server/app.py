@@ -4,8 +4,9 @@ Routes: OpenAI's (app.openai_api.routes: POST /v1/chat/completions, POST /v1/com
 the Responses API's (app.responses_api.routes: POST /v1/responses), Anthropic's (app.anthropic_api.routes:
 POST /v1/messages and /v1/messages/count_tokens), and the server's own (app.server.control: GET|PUT
 /v1/scheduler, GET /metrics, GET /health). No state lives at module level: two apps in one process share
-nothing. Who may use which route: app.endpoint.incoming (a launched agent's key: inference only; PUT
-/v1/scheduler: the panel's key only). Errors leave in the route's API shape (app.endpoint.errors).
+nothing. Who may use which route: app.endpoint.wire (a launched agent's key: inference only; PUT
+/v1/scheduler: the panel's key only). Errors leave in the route's API shape (app.endpoint.errors): OpenAI's,
+unless the API's folder names its own.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from swarm_panel.app.anthropic_api.errors import MESSAGES_PREFIX, AnthropicRoute
 from swarm_panel.app.anthropic_api.routes import anthropic_router
 from swarm_panel.app.endpoint.chat_run import record_error
 from swarm_panel.app.endpoint.engine_client import EngineClient
 from swarm_panel.app.endpoint.errors import install_error_handlers
-from swarm_panel.app.endpoint.incoming import INFERENCE, AgentPaths, guard
+from swarm_panel.app.endpoint.wire import INFERENCE, AgentPaths, guard
+from swarm_panel.app.openai_api.errors import OpenAIRoute
 from swarm_panel.app.openai_api.routes import openai_router
 from swarm_panel.app.responses_api.routes import responses_router
 from swarm_panel.app.responses_api.store import ResponseStore
@@ -31,7 +34,8 @@ def create_app(service: SwarmService) -> FastAPI:
     app = FastAPI(title="swarm-panel", summary="OpenAI- and Anthropic-compatible endpoint of a continuous-batching runtime",
                   version="0.1.0")
     app.state.server = server
-    install_error_handlers(app, on_error=lambda request, error: record_error(service.requests, request, error))
+    install_error_handlers(app, OpenAIRoute.error_json, {MESSAGES_PREFIX: AnthropicRoute.error_json},
+                           on_error=lambda request, error: record_error(service.requests, request, error))
     app.add_middleware(AgentPaths)
     if service.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=service.settings.cors_origins, allow_methods=["*"],

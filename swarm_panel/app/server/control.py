@@ -1,5 +1,5 @@
 """The server's own routes: GET|PUT /v1/scheduler (the scheduler's state and knobs), GET /metrics and
-GET /health. Who may use them: app.endpoint.incoming (reading needs READ, changing the panel's key).
+GET /health. Who may use them: app.endpoint.wire (reading needs READ, changing the panel's key).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swarm_panel.app.endpoint.engine_client import EngineClient
 from swarm_panel.app.endpoint.errors import bad_request
-from swarm_panel.app.endpoint.incoming import ADMIN, READ, guard, read_json
 from swarm_panel.app.endpoint.prom import CONTENT_TYPE, render
+from swarm_panel.app.endpoint.wire import ADMIN, READ, guard, read_json
 from swarm_panel.app.settings.fields import field_spec
 from swarm_panel.runtime.llama.facts import LlamaFigures
 from swarm_panel.runtime.policies.registry import POLICY_NAMES

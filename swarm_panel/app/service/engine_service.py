@@ -8,15 +8,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from swarm_panel.app.service.agent_activity import AgentActivity
-from swarm_panel.app.service.agent_keys import AgentKeys
+from swarm_panel.app.service.agents import AgentActivity, AgentKeys, InflightAgents, RequestLog
 from swarm_panel.app.service.engine_factory import engine_for
 from swarm_panel.app.service.prompt_progress import ProgressLog
-from swarm_panel.app.service.request_log import RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import Engine, engine_meta
@@ -34,28 +31,6 @@ GIL_SWITCH_INTERVAL_S = 0.001
 def share_the_interpreter() -> None:
     """The engine thread shares one interpreter with the event loop (and the GUI): switch often."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-
-
-class InflightAgents:
-    """Requests each agent has open over HTTP right now: the panel's "connected agents"."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: Counter[str] = Counter()
-
-    def enter(self, agent: str) -> None:
-        with self._lock:
-            self._open[agent] += 1
-
-    def exit(self, agent: str) -> None:
-        with self._lock:
-            self._open[agent] -= 1
-            if self._open[agent] <= 0:
-                del self._open[agent]
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._open)
 
 
 class SwarmService:

@@ -12,7 +12,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from swarm_panel.app.service.agent_activity import AgentActivity
+from swarm_panel.app.service.agents import AgentActivity
 
 log = logging.getLogger("swarm_panel.requests")
 

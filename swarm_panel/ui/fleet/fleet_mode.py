@@ -19,7 +19,7 @@ from PySide6 import QtCore, QtWidgets
 from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.asgi import create_gateway_app
 from swarm_panel.app.server.http_server import HttpServer
-from swarm_panel.app.service.agent_keys import AgentKeys
+from swarm_panel.app.service.agents import AgentKeys
 from swarm_panel.app.settings.backends import BackendConfig
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.runtime.serving.metrics import AgentFigures

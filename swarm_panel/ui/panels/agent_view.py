@@ -10,7 +10,7 @@ import time
 
 from PySide6 import QtWidgets
 
-from swarm_panel.app.service.agent_activity import AgentActivity, AgentTurn, tool_calls_of
+from swarm_panel.app.service.agents import AgentActivity, AgentTurn, tool_calls_of
 from swarm_panel.ui.toolkit import theme
 from swarm_panel.ui.toolkit.elided_label import ElidedLabel
 

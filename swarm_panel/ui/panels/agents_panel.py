@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-from swarm_panel.app.service.agent_activity import AgentActivity
+from swarm_panel.app.service.agents import AgentActivity
 from swarm_panel.ui.panels.agent_view import AgentView
 from swarm_panel.ui.panels.agents_table import HEADERS, AgentRow, AgentsTable
 from swarm_panel.ui.toolkit import theme

@@ -21,8 +21,7 @@ from swarm_panel.app.harness.config import DEFAULT_MAX_OUTPUT_TOKENS, HarnessOpt
 from swarm_panel.app.harness.example import example_folder, prepare_example
 from swarm_panel.app.harness.kinds import APIS, KINDS, HarnessKind
 from swarm_panel.app.harness.launcher import DEFAULT_TASK, FINISHED, HarnessRun, Launcher
-from swarm_panel.app.service.agent_keys import AgentKeys
-from swarm_panel.app.service.request_log import RequestLog
+from swarm_panel.app.service.agents import AgentKeys, RequestLog
 from swarm_panel.app.settings.schema import Settings
 from swarm_panel.ui.panels.agent_worktrees import AgentWorktrees
 from swarm_panel.ui.toolkit import theme
@@ -60,7 +59,7 @@ class HarnessPanel(QtWidgets.QWidget):
                  keys: AgentKeys | None = None) -> None:
         super().__init__(parent)
         self.kinds = dict(kinds if kinds is not None else KINDS)
-        # keys: the service's, so each agent gets its own (app.service.agent_keys), never the panel's.
+        # keys: the service's, so each agent gets its own (app.service.agents), never the panel's.
         self.launcher = launcher or Launcher(requests, keys=keys)
         self._server_url = server_url
         self._settings = settings  # the service's: its context and API key, read at each start

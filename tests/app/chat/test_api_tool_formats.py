@@ -7,7 +7,7 @@ import json
 import pytest
 
 from swarm_panel.app.chat.reasoning import ReasoningSplitter, ThinkTags, starts_thinking, think_tags
-from swarm_panel.app.chat.reply import Reply, ReplyParser
+from swarm_panel.app.chat.request import Reply, ReplyParser
 from swarm_panel.app.chat.tool_calls import ToolCallFormat, ToolCallStreamParser, detect_format, parse_tool_calls
 
 H, X, L, M, G = (ToolCallFormat.HERMES, ToolCallFormat.QWEN_XML, ToolCallFormat.LLAMA3, ToolCallFormat.MISTRAL,

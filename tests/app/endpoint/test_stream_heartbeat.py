@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from swarm_panel.app.endpoint.streaming import KEEPALIVE, relayed_with_heartbeat, with_heartbeat
+from swarm_panel.app.endpoint.wire import KEEPALIVE, relayed_with_heartbeat, with_heartbeat
 from swarm_panel.app.service.engine_service import SwarmService
 from tests.app.server.test_server_common import running, settings, wait_until
 

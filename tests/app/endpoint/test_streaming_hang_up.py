@@ -1,4 +1,4 @@
-"""A whole reply waits on the client's disconnect message beside its work (swarm_panel.app.endpoint.streaming.unless_hung_up)."""
+"""A whole reply waits on the client's disconnect message beside its work (swarm_panel.app.endpoint.wire.unless_hung_up)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from swarm_panel.app.endpoint.streaming import ClientGone, unless_hung_up
+from swarm_panel.app.endpoint.wire import ClientGone, unless_hung_up
 
 
 def receiver(*messages: dict):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from swarm_panel.app.endpoint.errors import APIError
-from swarm_panel.app.endpoint.streaming import ClientGone, unless_hung_up
+from swarm_panel.app.endpoint.wire import ClientGone, unless_hung_up
 from swarm_panel.app.gateway.admission import Gateway
 from swarm_panel.app.gateway.backend_metrics import parse_metrics
 from swarm_panel.app.gateway.backend_poller import TRANSIT_S

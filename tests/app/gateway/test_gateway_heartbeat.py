@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from swarm_panel.app.endpoint.streaming import KEEPALIVE
+from swarm_panel.app.endpoint.wire import KEEPALIVE
 from tests.app.server.test_server_common import wait_until
 from tests.gateway_fleet import backend, gateway
 

@@ -22,8 +22,8 @@ from swarm_panel.app.harness.launcher import (
     Tail,
 )
 from swarm_panel.app.server.http_server import HttpServer
+from swarm_panel.app.service.agents import RequestLog, RequestRecord
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.app.service.request_log import RequestLog, RequestRecord
 from swarm_panel.app.settings.schema import Settings
 from tests.app.harness.fake_harness import fake_kind, missing_kind
 

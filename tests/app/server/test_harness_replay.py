@@ -25,8 +25,8 @@ from openai.types.responses import Response, ResponseFunctionToolCall, ResponseS
 from pydantic import BaseModel
 
 from swarm_panel.app.endpoint.engine_client import EngineClient
+from swarm_panel.app.service.agents import RequestRecord
 from swarm_panel.app.service.engine_service import SwarmService
-from swarm_panel.app.service.request_log import RequestRecord
 from swarm_panel.runtime.core.engine import RowKind, Sample
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.reuse.prefix_cache import NEAR_TOKENS

@@ -1,8 +1,7 @@
 import logging
 
-from swarm_panel.app.service.agent_activity import AgentActivity
+from swarm_panel.app.service.agents import AgentActivity, RequestLog, RequestRecord
 from swarm_panel.app.service.prompt_progress import ProgressLog, prompt_progress
-from swarm_panel.app.service.request_log import RequestLog, RequestRecord
 from swarm_panel.runtime.core.request import Request, SamplingParams
 
 
