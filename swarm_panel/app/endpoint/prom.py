@@ -21,8 +21,8 @@ from prometheus_client.registry import Collector
 from swarm_panel.runtime.core.engine import EngineFacts, EngineFigures
 from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.llama.facts import LlamaFigures
+from swarm_panel.runtime.policies.policy import AgentTotals
 from swarm_panel.runtime.policies.registry import POLICY_NAMES
-from swarm_panel.runtime.policies.view import AgentTotals
 from swarm_panel.runtime.serving.metrics import PART_LABELS, PARTS, StepTotals
 
 if TYPE_CHECKING:

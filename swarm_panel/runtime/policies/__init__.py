@@ -1,4 +1,5 @@
-"""Scheduling policies: the Policy contract, naive static, shrinking static, continuous, and the
-agent-aware orders (fair share by VTC, least attained service, priority), the read-only view they
-decide from with the agents' service it reads, and the registry every list of choices derives from. Imports runtime.core only.
+"""Scheduling policies: `policy` holds the Policy contract, the read-only view a policy decides from with the
+agents' service it reads, and the seed's batching policies (naive static, shrinking static, continuous); the
+agent-aware orders (fair share by VTC, least attained service, priority) are one file each over `ranked`, and
+the registry lists them all for every list of choices. Imports runtime.core only.
 """

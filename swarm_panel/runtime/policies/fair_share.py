@@ -1,6 +1,6 @@
 """Agent fair share: VTC ("Fairness in Serving Large Language Models", OSDI 2024) with agents as clients.
 
-Each agent's virtual counter (runtime.policies.view.AgentService) counts the weighted tokens it has been served,
+Each agent's virtual counter (runtime.policies.policy.AgentService) counts the weighted tokens it has been served,
 divided by its weight; the agent with the least counter goes first, for free lanes, the prefill
 budget and (under KV pressure) which lanes compute. Work-conserving: a lane nobody else asks for
 still goes to whoever asks.
@@ -12,12 +12,11 @@ import heapq
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING
 
+from swarm_panel.runtime.policies.policy import OUTPUT_WEIGHT, PROMPT_WEIGHT, SchedulerView
 from swarm_panel.runtime.policies.ranked import RankedPolicy
-from swarm_panel.runtime.policies.view import OUTPUT_WEIGHT, PROMPT_WEIGHT
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.request import Request
-    from swarm_panel.runtime.policies.view import SchedulerView
 
 
 class FairSharePolicy(RankedPolicy):

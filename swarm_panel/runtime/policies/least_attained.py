@@ -1,7 +1,7 @@
 """Agent least-attained-service: Autellix's program-level LAS (PLAS, 2025) with an agent's session as the program.
 
 Every call is ranked by the service its whole agent session has received so far (weighted tokens,
-swarm_panel.runtime.policies.view.AgentService), least first: a coordinator and its workers, which ask for little at a
+swarm_panel.runtime.policies.policy.AgentService), least first: a coordinator and its workers, which ask for little at a
 time, go ahead of an agent that has been served a lot, so the swarm's critical path is not queued
 behind a flood. When the KV left cannot carry every lane, the most-served agents' lanes pause
 (their KV stays resident) rather than anyone being recomputed.
@@ -15,7 +15,7 @@ from swarm_panel.runtime.policies.ranked import RankedPolicy
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.request import Request
-    from swarm_panel.runtime.policies.view import SchedulerView
+    from swarm_panel.runtime.policies.policy import SchedulerView
 
 
 class LeastAttainedServicePolicy(RankedPolicy):

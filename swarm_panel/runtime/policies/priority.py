@@ -12,7 +12,7 @@ from swarm_panel.runtime.policies.ranked import RankedPolicy
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.request import Request
-    from swarm_panel.runtime.policies.view import SchedulerView
+    from swarm_panel.runtime.policies.policy import SchedulerView
 
 
 class PriorityPolicy(RankedPolicy):

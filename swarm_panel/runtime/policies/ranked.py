@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from swarm_panel.runtime.policies.batching import IN_QUEUE_ORDER, Admission, ContinuousPolicy
+from swarm_panel.runtime.policies.policy import IN_QUEUE_ORDER, Admission, ContinuousPolicy, Lane, SchedulerView
 
 if TYPE_CHECKING:
     from swarm_panel.runtime.core.request import Request
-    from swarm_panel.runtime.policies.view import Lane, SchedulerView
 
 
 class RankedPolicy(ContinuousPolicy):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from swarm_panel.runtime.core.fit import StepLine
-from swarm_panel.runtime.policies.batching import ContinuousPolicy, NaiveStaticPolicy, Policy, ShrinkingStaticPolicy
 from swarm_panel.runtime.policies.fair_share import FairSharePolicy
 from swarm_panel.runtime.policies.least_attained import LeastAttainedServicePolicy
+from swarm_panel.runtime.policies.policy import ContinuousPolicy, NaiveStaticPolicy, Policy, ShrinkingStaticPolicy
 from swarm_panel.runtime.policies.priority import PriorityPolicy
 
 POLICIES: dict[str, type[Policy]] = {

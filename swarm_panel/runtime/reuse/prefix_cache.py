@@ -291,7 +291,7 @@ class ReturnForecast:
             del self._gap[next(iter(self._gap))]
 
     def idle(self, agent: str, now: float) -> None:
-        """The agent's last request in the scheduler left it (runtime.policies.view.AgentService counts them)."""
+        """The agent's last request in the scheduler left it (runtime.policies.policy.AgentService counts them)."""
         self.now = now
         self._idle_since[agent] = now
         if len(self._idle_since) > MAX_AGENTS:

@@ -24,7 +24,7 @@ does not check again: what changes later (a lowered budget, a new KV layout) is 
 changes it (`unfit_after_change`, runtime.serving.relayout). A config is checked against what the
 engine holds (`checked_config`).
 
-Into the lanes. The policy decides whether anyone may enter and orders the queue (runtime.policies.batching.Admission);
+Into the lanes. The policy decides whether anyone may enter and orders the queue (runtime.policies.policy.Admission);
 `fill_free_lanes` carries it out. An admitted prompt is promised its KV until computed, with one token
 of headroom per live lane for its next decode, so admission never lets a step overrun the budget.
 Cached prefixes yield first, least recently used first, except the one the request will adopt in place.
@@ -44,8 +44,7 @@ from swarm_panel.runtime.policies.registry import POLICY_NAMES
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
 
 if TYPE_CHECKING:
-    from swarm_panel.runtime.policies.batching import Policy
-    from swarm_panel.runtime.policies.view import SchedulerView
+    from swarm_panel.runtime.policies.policy import Policy, SchedulerView
     from swarm_panel.runtime.scheduling.prefix_planner import PrefixPlanner
 
 

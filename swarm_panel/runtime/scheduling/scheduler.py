@@ -14,7 +14,7 @@ The scheduler is sized by the engine's EngineCaps (runtime.core.engine) and hold
 - runtime.scheduling.step: a step's rows, one-token rows then prompt chunks within the prefill budget, and
   their folding back into the requests and the step's StepStats;
 - runtime.scheduling.prefix_planner.PrefixPlanner: cached prefixes, their reuse, and the releases a plan carries;
-- a policy (runtime.policies.batching, runtime.policies.registry), which reads a runtime.policies.view.SchedulerView
+- a policy (runtime.policies.policy, runtime.policies.registry), which reads a runtime.policies.policy.SchedulerView
   and returns decisions: who may enter, whether finished lanes pad, who computes under pressure;
 - runtime.core.step_outcome: what the calls hand back.
 
@@ -34,9 +34,8 @@ from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import EngineCaps, Row, StepPlan, StepResult
 from swarm_panel.runtime.core.request import Request, RequestOutput, RequestStatus
 from swarm_panel.runtime.core.step_outcome import Delivery, StepOutcome
-from swarm_panel.runtime.policies.batching import Policy
+from swarm_panel.runtime.policies.policy import AgentService, Policy, SchedulerView
 from swarm_panel.runtime.policies.registry import make_policy
-from swarm_panel.runtime.policies.view import AgentService, SchedulerView
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache, ReturnForecast
 from swarm_panel.runtime.scheduling.lanes import (
     KVBudget,

@@ -37,7 +37,7 @@ def test_an_agents_gap_follows_its_idle_times():
 
 
 def test_an_agent_is_idle_only_when_its_last_request_leaves():
-    from swarm_panel.runtime.policies.view import AgentService
+    from swarm_panel.runtime.policies.policy import AgentService
 
     service = AgentService()
     one, two = (Request([1, 2, 3], SamplingParams(max_tokens=1), agent="a") for _ in range(2))

@@ -15,7 +15,7 @@ from swarm_panel.runtime.core.stats import StepStats
 from swarm_panel.runtime.core.step_outcome import StepOutcome
 from swarm_panel.runtime.modeled.engine import ModeledEngine
 from swarm_panel.runtime.modeled.profiles import RX_9070_XT_QWEN35_9B
-from swarm_panel.runtime.policies.batching import Admission
+from swarm_panel.runtime.policies.policy import Admission
 from swarm_panel.runtime.policies.registry import AGENT_POLICY_NAMES, POLICY_NAMES, predicted_tok_s
 from swarm_panel.runtime.reuse.prefix_cache import PrefixCache
 from swarm_panel.runtime.scheduling.lanes import KVBudget
