@@ -110,3 +110,15 @@ def test_every_agents_turns_equal_a_fresh_computation(engine, agents):
     ties = {request.agent: near_ties(engine, request) for request in requests}
     log.info("near-ties at %d agents: %s", agents, {agent: t for agent, t in ties.items() if t})
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes, "KV left behind"
+
+
+def test_a_token_far_below_the_best_is_not_taken_for_a_near_tie(engine):
+    prompt = engine.tokenizer.tokenize(system_text(SYSTEM))[:SYSTEM]
+    best = fresh(engine, prompt, 1).output_logprobs[0]
+    # The 20th best token: what a wrong state or another conversation's choice looks like from here.
+    far, _, logprob = best.top[-1]
+    assert best.logprob - logprob > NEAR_TIE, "the model's logits are too flat for this check"
+    request = Request(prompt, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True), agent="agent-wrong")
+    request.token_ids.append(far)
+    with pytest.raises(AssertionError, match="nats below the best"):
+        near_ties(engine, request)
