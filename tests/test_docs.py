@@ -37,6 +37,15 @@ def test_the_architecture_page_lists_every_room():
     assert sorted(named - rooms) == [], "rooms docs/architecture.md names that do not exist"
 
 
+def test_the_architecture_page_names_every_module():
+    text = _section(ROOT / "docs" / "architecture.md", "Rooms")
+    # A module is named by its own name in backticks, alone or at the end of a dotted path.
+    named = set(re.findall(r"`(?:[a-z_]+\.)*([a-z_]+)`", text))
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "swarm_panel").rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and p.stem not in named}
+    assert sorted(modules) == [], "modules docs/architecture.md's rooms do not name"
+
+
 def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     commands = []
