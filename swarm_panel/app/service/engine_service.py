@@ -106,16 +106,18 @@ class SwarmService:
             log.info("start-up: %s", stage)
         self.startup = (stage, fraction)
 
-    def stop(self) -> None:
-        """Stops the engine; the knobs changed live stay in the settings for the next start."""
+    def stop(self, wait_s: float = 10.0) -> None:
+        """Stops the engine; the knobs changed live stay in the settings for the next start. An engine whose
+        thread is still inside a step after `wait_s` is not freed under that step (which crashed in native
+        code): the thread closes it once the step ends."""
         with self._lock:
             thread, engine = self._thread, self._engine
             self._thread = self._engine = None
         self.progress_log.stop()
         if thread is not None:
-            thread.stop()
+            thread.stop(wait_s, close_engine=True)
             self._keep(thread.config)
-        if engine is not None:
+        elif engine is not None:
             engine.close()
 
     def _keep(self, config: SchedulerConfig) -> None:

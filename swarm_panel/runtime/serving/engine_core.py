@@ -215,6 +215,8 @@ class EngineThread:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._ended = False
+        self._close_on_exit = False
         self._sinks: tuple[OutputSink, ...] = ()
         # Requests posted but not yet in the scheduler's queue; changed only under the lock, together
         # with the move into the queue, so num_waiting never counts a request twice or not at all.
@@ -233,14 +235,25 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name="swarm-engine", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, close_engine: bool = False) -> bool:
+        """Asks the thread to end after its step and waits up to `timeout`; whether it ended. A step in flight
+        cannot be cut short inside the engine's native call (a first step on a device may compile its shaders
+        for minutes), and its engine must not be closed under it: with `close_engine`, the engine is closed
+        once the thread has ended, here or by the thread itself after that step."""
         self._stopping = True
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.error("engine thread did not stop within %.0f s", timeout)
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+        with self._lock:
+            ended = thread is None or self._ended
+            self._close_on_exit = close_engine and not ended
+        if not ended:
+            log.error("engine thread did not stop within %.0f s: it is still inside a step%s", timeout,
+                      "; it closes the engine after it" if close_engine else "")
+        elif close_engine:
+            self.engine.close()
+        return ended
 
     @property
     def alive(self) -> bool:
@@ -372,6 +385,13 @@ class EngineThread:
                 account.add_host(time.perf_counter() - wall, time.thread_time() - cpu)
         self._drain_inbox()
         self._fail_everything("the server is shutting down")
+        # Checked under the lock stop() decides under, so the engine is closed exactly once: by stop() if this
+        # thread ended in time, else here.
+        with self._lock:
+            self._ended = True
+            close = self._close_on_exit
+        if close:
+            self.engine.close()
 
     def _drain_inbox(self) -> None:
         with self._lock:
