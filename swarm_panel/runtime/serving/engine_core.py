@@ -235,8 +235,8 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name="swarm-engine", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0, close_engine: bool = False) -> bool:
-        """Asks the thread to end after its step and waits up to `timeout`; whether it ended. A step in flight
+    def stop(self, timeout: float = 10.0, close_engine: bool = False) -> None:
+        """Asks the thread to end after its step and waits up to `timeout`. A step in flight
         cannot be cut short inside the engine's native call (a first step on a device may compile its shaders
         for minutes), and its engine must not be closed under it: with `close_engine`, the engine is closed
         once the thread has ended, here or by the thread itself after that step."""
@@ -253,7 +253,6 @@ class EngineThread:
                       "; it closes the engine after it" if close_engine else "")
         elif close_engine:
             self.engine.close()
-        return ended
 
     @property
     def alive(self) -> bool:
