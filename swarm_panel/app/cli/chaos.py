@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 
+from swarm_panel.app.cli.secret_args import ENV
 from swarm_panel.app.loadgen.chaos import ChaosConfig, run_chaos
 
 
@@ -19,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--malformed-share", type=float, default=0.10)
     p.add_argument("--no-switch", dest="switch_policy", action="store_false",
                    help="do not PUT /v1/scheduler (for servers without it)")
-    p.add_argument("--api-key", default=None)
+    # Read from the environment too: a key given as --api-key is moved there off the command line (secret_args).
+    p.add_argument("--api-key", default=os.environ.get(ENV), help=f"the server's key (default: ${ENV})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

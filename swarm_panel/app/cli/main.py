@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarm_panel.app.cli import agents as agents_cli
-from swarm_panel.app.cli import bench, serve
+from swarm_panel.app.cli import bench, secret_args, serve
 from swarm_panel.app.cli import chaos as chaos_cli
 from swarm_panel.app.cli import demo_model as demo_model_cli
 from swarm_panel.app.cli import gateway as gateway_cli
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> in
     """`argv` None: this process's own arguments, and the long-running commands run under a supervisor."""
     from_process = argv is None
     if from_process:
+        secret_args.hide_key(sys.argv[1:])
         # A native crash prints every thread's Python stack to stderr before the process dies.
         faulthandler.enable()
     parser = build_parser(front_end)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 
+from swarm_panel.app.cli.secret_args import ENV
 from swarm_panel.app.cli.workload_flags import add_workload_arguments
 from swarm_panel.app.loadgen.swarm import LENGTH_PRESETS, SwarmConfig, SwarmReport, run_swarm
 from swarm_panel.runtime.workloads.critical_path import NOISY, CriticalPathWorkload
@@ -22,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--requests-per-agent", type=int, default=None, help="or stop after this many per agent")
     p.add_argument("--long-prompt-tokens", type=int, default=0,
                    help="the first agent's prompts instead (a file pasted whole); the others' TTFT is shown apart")
-    p.add_argument("--api-key", default=None)
+    # Read from the environment too: a key given as --api-key is moved there off the command line (secret_args).
+    p.add_argument("--api-key", default=os.environ.get(ENV), help=f"the server's key (default: ${ENV})")
     p.add_argument("--model", default="swarm-panel")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let the model stop on its own end-of-generation token")

@@ -50,7 +50,8 @@ def supervised() -> bool:
     return os.environ.get(CHILD_ENV) == "1"
 
 
-def _command(args: list[str]) -> list[str]:
+def own_command(args: list[str]) -> list[str]:
+    """The command line that runs `swarm-panel ARGS` in a new process."""
     if getattr(sys, "frozen", False):  # a PyInstaller bundle is its own interpreter and entry point
         return [sys.executable, *args]
     return [sys.executable, "-m", "swarm_panel", *args]
@@ -67,7 +68,7 @@ def run_child(args: list[str], command: list[str] | None = None) -> tuple[int, C
     with tempfile.TemporaryDirectory(prefix="swarm-panel-") as folder:
         box = Path(folder) / "black-box"
         env = dict(os.environ, **{CHILD_ENV: "1", BLACK_BOX_ENV: str(box)})
-        child = subprocess.Popen(command or _command(args), env=env, process_group=0,
+        child = subprocess.Popen(command or own_command(args), env=env, process_group=0,
                                  # The supervisor has no threads yet: preexec_fn is safe here.
                                  preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
         previous = {sig: signal.signal(sig, lambda number, _frame: child.send_signal(number)) for sig in FORWARDED}
