@@ -225,7 +225,7 @@ def aider(job: Job) -> tuple[list[str], dict[str, str]]:
         "max_input_tokens": job.options.context_tokens, "max_output_tokens": job.options.max_output_tokens,
         "input_cost_per_token": 0, "output_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}}))
     argv = [
-        job.executable, "--model", model, "--openai-api-base", job.base_url + "/v1", "--openai-api-key", job.key,
+        job.executable, "--model", model, "--openai-api-base", job.base_url + "/v1",
         "--model-settings-file", str(settings), "--model-metadata-file", str(metadata),
         *([] if job.options.request_timeout_s is None else ["--timeout", str(round(job.options.request_timeout_s))]),
         "--yes-always", "--no-git", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes",
@@ -236,8 +236,10 @@ def aider(job: Job) -> tuple[list[str], dict[str, str]]:
         # --yes-always never runs a suggested shell command (aider asks for an explicit yes).
         "--message", job.task, *_folder_files(job.folder),
     ]
-    # litellm fetches its model price list at import otherwise.
-    return argv, {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    # litellm fetches its model price list at import otherwise. The key goes in the environment, never on the
+    # command line, which any process of the machine can read (another agent's too, under Landlock without a
+    # pid namespace); aider hands OPENAI_API_KEY to litellm as its --openai-api-key would.
+    return argv, {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": job.key}
 
 
 def _folder_files(folder: Path) -> list[str]:

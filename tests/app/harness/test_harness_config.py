@@ -113,6 +113,16 @@ def test_qwen_code_reads_openai_variables_and_its_own_settings(tmp_path, user_ho
     assert "--yolo" in launch.argv and launch.argv[-1] == "Read hello.py"
 
 
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_the_agents_key_reaches_the_harness_off_its_command_line(recipe, tmp_path, user_home):
+    # A command line can be read by every process of the machine, another agent's too where the fence has
+    # no pid namespace: a key there would let it send as this agent.
+    key = "the-agents-own-key-5c1e"
+    launch = prepare(recipe, job(tmp_path, api_key=key))
+    assert not any(key in word for word in launch.argv)
+    assert key in everything(launch)
+
+
 def test_aider_gets_flags_the_folders_files_and_no_history_in_the_folder(tmp_path, user_home):
     launch = prepare("aider", job(tmp_path))
     argv = launch.argv
