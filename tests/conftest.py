@@ -15,6 +15,10 @@ def _own_cache_folder(tmp_path_factory):
     """Probe verdicts (extra buffers, flash attention) are remembered in the user's cache folder; a
     test run, timing kernels under its own load, must not leave its verdicts there."""
     patch = pytest.MonkeyPatch()
+    # Mesa's compiled shaders stay in the user's cache: the gpu suite on lavapipe compiles ggml's for minutes,
+    # and what it compiled does not depend on the test that asked for it.
+    user_cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    patch.setenv("MESA_SHADER_CACHE_DIR", os.environ.get("MESA_SHADER_CACHE_DIR", user_cache))
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
     yield
     patch.undo()

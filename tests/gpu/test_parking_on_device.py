@@ -6,8 +6,7 @@ import pytest
 # The CPU suite's tests and fixtures, collected here again with every layer offloaded.
 from tests.runtime.llama.test_kv_parking import *  # noqa: F403
 
-# Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytestmark = pytest.mark.gpu
 
 # The panel's own views of parking are the CPU suite's to check: here only the device's behaviour.
 del test_the_kv_plot_and_metrics_show_parked_memory  # noqa: F821

@@ -6,5 +6,4 @@ import pytest
 # The CPU suite's tests and fixtures, collected here again with every layer offloaded.
 from tests.runtime.llama.test_prefix_store import *  # noqa: F403
 
-# Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytestmark = pytest.mark.gpu

@@ -1,6 +1,6 @@
 """A stress run on the device: 32 agents, several turns each behind a shared system prompt, on 8 lanes, policy
 switched while they run. Nothing crashes, no agent gets another's reply (each turn's greedy tokens equal its
-conversation computed alone), and once idle the device holds no KV of a live request."""
+conversation computed alone, or near-ties there), and once idle the device holds no KV of a live request."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
+from tests.fresh_tokens import assert_fresh
 
 # Minutes on a software device: run on a card (`-m gpu`), left out of CI's lane (`-m "gpu and not slow"`).
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -53,15 +54,8 @@ def test_32_agents_over_several_turns_finish_each_with_its_own_conversation(arch
         loop.scheduler.drop_prefix_cache()
         loop.step()
         assert engine.cached_kv_positions() == [-1] * engine.max_cached_sequences
-        # Every fourth agent's turns, against their conversations computed alone with reuse off.
-        checked = [r for r in done if int(r.agent.split("-")[1]) % 4 == 0]
-        alone = [Request(list(r.prompt_token_ids), r.sampling) for r in checked]
-        fresh = EngineCore(Scheduler.for_engine(SchedulerConfig(num_lanes=1, prefix_cache=False), engine), engine,
-                           RealClock())
-        for request in alone:
-            fresh.scheduler.add(request, fresh.clock.now())
-        while fresh.scheduler.has_work:
-            fresh.step()
-        fresh.flush()
-        for mine, computed in zip(checked, alone):
-            assert mine.output_token_ids == computed.output_token_ids, f"{mine.agent}: another conversation's tokens"
+        # Every fourth agent's turns, against their conversations computed alone with reuse off: the same
+        # tokens, or near-ties there (tests/fresh_tokens.py); another conversation's tokens are far below the best.
+        for request in done:
+            if int(request.agent.split("-")[1]) % 4 == 0:
+                assert_fresh(engine, request, f"{request.agent}, turn of {request.num_prompt_tokens} tokens")
