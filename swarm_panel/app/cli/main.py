@@ -79,7 +79,6 @@ def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> in
     """`argv` None: this process's own arguments, and the long-running commands run under a supervisor."""
     from_process = argv is None
     if from_process:
-        secret_args.hide_key(sys.argv[1:])
         # A native crash prints every thread's Python stack to stderr before the process dies.
         faulthandler.enable()
     parser = build_parser(front_end)
@@ -88,6 +87,9 @@ def main(argv: list[str] | None = None, front_end: FrontEnd | None = None) -> in
     if front_end is not None:
         argv = with_default(argv, front_end.default)
     args = parser.parse_args(argv)
+    if from_process:
+        # After parsing, so that a command without --api-key still refuses one.
+        secret_args.hide_key(given)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per API call and the progress of long prompts: what a user watching an agent stall needs.

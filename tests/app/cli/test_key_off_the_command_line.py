@@ -64,3 +64,10 @@ def test_serve_keeps_its_key_off_every_command_line_and_still_checks_it(tmp_path
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_command_without_the_flag_still_refuses_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != ENV} | {"SWARM_PANEL_CONFIG_FILE": str(tmp_path / "none.toml")}
+    done = subprocess.run([sys.executable, "-m", "swarm_panel", "plan", "--api-key", KEY], capture_output=True,
+                          text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 2 and "unrecognized arguments: --api-key" in done.stderr
