@@ -4,16 +4,15 @@ under Landlock without a pid namespace): the process execs itself with the key i
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from swarm_panel.app.cli.secret_args import ENV, without_key
+from tests.app.server.test_server_common import served_url
 
 KEY = "a-key-only-the-user-knows-7f3a"
 
@@ -44,15 +43,7 @@ def test_serve_keeps_its_key_off_every_command_line_and_still_checks_it(tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "swarm_panel", "serve", "--engine", "modeled", "--port", "0",
                              "--api-key", KEY], stderr=subprocess.PIPE, text=True, env=env)
     try:
-        url, lines = None, []
-        deadline = time.monotonic() + 60
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "serve exited early: " + "".join(lines)
-            lines.append(line)
-            match = re.search(r"on (http://\S+)/v1", line)
-            url = match.group(1) if match else None
-        assert url is not None, "".join(lines)
+        url = served_url(proc, 60)
         processes = _tree(proc.pid)
         assert len(processes) >= 2, "no supervised child"
         for pid in processes:

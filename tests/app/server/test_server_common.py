@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,3 +80,17 @@ def idle(service: SwarmService) -> bool:
     thread = service.engine_thread
     return (all(lane.state == "idle" for lane in thread.lanes()) and thread.num_waiting == 0
             and thread.scheduler.kv_used == 0)
+
+
+def served_url(proc: subprocess.Popen, seconds: float, lines: list[str] | None = None) -> str:
+    """The base URL a `swarm-panel serve` process prints on its stderr; what it read is kept in `lines`."""
+    lines = [] if lines is None else lines
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, "serve exited early: " + "".join(lines)
+        lines.append(line)
+        match = re.search(r"on (http://\S+)/v1", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("serve printed no URL: " + "".join(lines))

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import openai
@@ -17,7 +15,7 @@ import pytest
 
 from swarm_panel.app.cli.serve import settings_from_args
 from swarm_panel.app.server.http_server import HttpServer, PortInUse, ThreadedHttpServer
-from tests.app.server.test_server_common import modeled_service
+from tests.app.server.test_server_common import modeled_service, served_url
 
 
 def test_start_on_the_current_loop_serves_and_stop_releases_the_port():
@@ -81,14 +79,7 @@ def test_serve_command_runs_headless_and_stops_on_sigterm(tmp_path):
     cmd = [sys.executable, "-m", "swarm_panel.app.cli.main", "serve", "--engine", "modeled", "--port", "0", "--num-lanes", "4"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        url = None
-        deadline = time.monotonic() + 60
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "serve exited early"
-            match = re.search(r"on (http://\S+)/v1", line)
-            url = match.group(1) if match else None
-        assert url is not None
+        url = served_url(proc, 60)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         assert client.completions.create(model="m", prompt="hi", max_tokens=2).usage.completion_tokens == 2
         assert httpx.get(f"{url}/health").json()["status"] == "ok"

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.app.server.test_server_common import served_url
+
 pytestmark = pytest.mark.slow
 
 
@@ -29,15 +31,7 @@ def test_serve_reports_an_engine_crash_and_the_client_gets_an_error(tmp_path):
                              "--num-lanes", "2", "--n-ctx", "2048"], stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
     try:
-        url = None
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "serve exited early: " + "".join(lines)
-            lines.append(line)
-            match = re.search(r"on (http://\S+)/v1", line)
-            url = match.group(1) if match else None
-        assert url is not None
+        url = served_url(proc, 120, lines)
         (child,) = _children(proc.pid)
         outcome: dict[str, object] = {}
 

@@ -18,7 +18,7 @@ from swarm_panel.runtime.reuse.prefix_cache import NEAR_TOKENS
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
-from tests.fresh_tokens import assert_fresh
+from tests.fresh_tokens import assert_fresh, fresh
 
 SYSTEM = 80
 
@@ -62,15 +62,6 @@ def finish(loop: EngineCore) -> None:
     drain(loop)
     loop.scheduler.drop_prefix_cache()
     loop.step()
-
-
-def fresh(engine, prompt: list[int], n: int) -> list[int]:
-    """Greedy tokens computed from scratch, reuse off."""
-    loop = make_loop(engine, prefix_cache=False)
-    request = Request(list(prompt), greedy(n))
-    loop.scheduler.add(request, loop.clock.now())
-    finish(loop)
-    return request.output_token_ids
 
 
 def system_prompt(engine) -> list[int]:
@@ -140,7 +131,7 @@ def test_a_partial_reuse_without_a_checkpoint_is_refused_and_recomputed(engine):
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes
     again = engine.step(StepPlan(rows=[Row(dest, RowKind.PREFILL, 0, list(dest.token_ids), True)]))
     engine.step(StepPlan(release=[dest]))
-    assert again.samples[dest.request_id].token == fresh(engine, dest.prompt_token_ids, 1)[0]
+    assert again.samples[dest.request_id].token == fresh(engine, dest.prompt_token_ids, 1).output_token_ids[0]
 
 
 def test_a_refused_reuse_makes_the_scheduler_recompute_not_fail(engine):
@@ -156,7 +147,7 @@ def test_a_refused_reuse_makes_the_scheduler_recompute_not_fail(engine):
     drain(loop)
     assert repeat.status is RequestStatus.FINISHED_LENGTH and repeat.error is None
     finish(loop)
-    assert repeat.output_token_ids == first.output_token_ids == fresh(engine, first.prompt_token_ids, 4)
+    assert repeat.output_token_ids == first.output_token_ids == fresh(engine, first.prompt_token_ids, 4).output_token_ids
 
 
 def test_a_small_checkpoint_budget_evicts_the_oldest_and_stays_exact(tiny_qwen35_model_path):
