@@ -21,6 +21,12 @@ FAST_CARD = RX_9070_XT_QWEN35_9B.model_copy(update={"floor_ms": 1.0, "per_row_ms
 
 def settings(**overrides) -> Settings:
     values = {"engine": "modeled", "host": "127.0.0.1", "port": 0, "num_lanes": 8} | overrides
+    if values["engine"] == "llama":
+        # One attention kernel, named. With "auto" on a CPU the kernel follows the contexts served
+        # (runtime.llama.cpu_tuning.followers), and a switch drops every sequence by design, cached and
+        # parked ones too, whenever this CPU's probe timings say it pays: a test of reuse would then pass
+        # or fail by the CPU it runs on. The switch has tests of its own (test_attention_follower).
+        values.setdefault("flash_attn", "off")
     return Settings(**values)
 
 
