@@ -19,9 +19,11 @@ from swarm_panel.runtime.models.demo import write_demo_model
 from swarm_panel.runtime.models.target_shape import quantize
 from tests import fresh_tokens
 
-# Nats below a fresh computation's best that a device's greedy token may lie; the largest seen on lavapipe was
-# 0.074 (docs/gpu.md), the tiny models' logits span several nats.
-DEVICE_NEAR_TIE = 0.2
+# Nats below a fresh computation's best that a device's greedy token may lie. A step of another shape moves a
+# request's logprobs against each other by rounding: on lavapipe up to 0.39 for the tiny qwen35 (batched with
+# reuse off as with it on), 0.001 for the tiny llama; a wrong state leaves few of the best tokens shared (docs/gpu.md,
+# "Batch size and greedy tokens"). test_fresh_tokens_on_device measures those shifts against this bound.
+DEVICE_NEAR_TIE = 0.75
 
 
 def _device_missing() -> str | None:

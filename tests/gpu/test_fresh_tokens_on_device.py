@@ -12,14 +12,13 @@ import pytest
 
 from swarm_panel.runtime.core.config import SchedulerConfig
 from swarm_panel.runtime.core.engine import RealClock
-from swarm_panel.runtime.core.request import Request, RequestStatus
+from swarm_panel.runtime.core.request import Request, RequestStatus, SamplingParams
 from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 from swarm_panel.runtime.workloads.workload import system_text, tool_text
 from tests import fresh_tokens
-from tests.fresh_tokens import RIVALS, assert_fresh, fresh, near_ties
-from tests.runtime.llama.test_hybrid_reuse import greedy
+from tests.fresh_tokens import RIVALS, assert_fresh, fresh, logprob_shifts, near_ties
 
 # 32 agents take many minutes on a software device: a card runs them (`-m gpu`), CI's lane (`-m "gpu and not
 # slow"`) runs 1 and 8.
@@ -52,11 +51,14 @@ def run(engine: LlamaEngine, requests: list[Request], **config) -> EngineCore:
     return loop
 
 
-@pytest.mark.parametrize("agents", [1, 8, pytest.param(32, marks=pytest.mark.slow)])
-def test_every_agents_turns_equal_a_fresh_computation(engine, agents):
+def two_turns(engine: LlamaEngine, agents: int, logprobs: int | None = None) -> tuple[list[Request], list[Request]]:
+    """Each agent's first turn behind one system prompt, then its next turn on its whole conversation."""
+    def greedy(n: int) -> SamplingParams:
+        return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, logprobs=logprobs)
+
     system = engine.tokenizer.tokenize(system_text(SYSTEM))[:SYSTEM]
-    first = [Request(system + engine.tokenizer.tokenize(f"agent {a}: fix the parser", add_special=False), greedy(4 + a % 3),
-                     agent=f"agent-{a}") for a in range(agents)]
+    first = [Request(system + engine.tokenizer.tokenize(f"agent {a}: fix the parser", add_special=False),
+                     greedy(4 + a % 3), agent=f"agent-{a}") for a in range(agents)]
     loop = run(engine, first)
     turns = [Request(r.token_ids + engine.tokenizer.tokenize(tool_text(a, 0, 8), add_special=False), greedy(4),
                      agent=f"agent-{a}") for a, r in enumerate(first)]
@@ -67,12 +69,37 @@ def test_every_agents_turns_equal_a_fresh_computation(engine, agents):
     loop.flush()
     loop.scheduler.drop_prefix_cache()
     loop.step()
-    requests = first + turns
-    assert all(r.status is RequestStatus.FINISHED_LENGTH for r in requests), [r.error for r in requests]
+    assert all(r.status is RequestStatus.FINISHED_LENGTH for r in first + turns), [r.error for r in first + turns]
     assert sum(r.num_cached_tokens for r in turns) > 0, "no turn reused its conversation: the test has no teeth"
-    ties = {request.agent: assert_fresh(engine, request, request.agent) for request in requests}
+    return first, turns
+
+
+@pytest.mark.parametrize("agents", [1, 8, pytest.param(32, marks=pytest.mark.slow)])
+def test_every_agents_turns_equal_a_fresh_computation(engine, agents):
+    first, turns = two_turns(engine, agents)
+    ties = {request.agent: assert_fresh(engine, request, request.agent) for request in first + turns}
     log.info("near-ties at %d agents: %s", agents, {agent: t for agent, t in ties.items() if t})
     assert engine.lane_kv_positions() == [-1] * engine.max_lanes, "KV left behind"
+
+
+def within_rounding(engine: LlamaEngine, prompt: list[int], request: Request) -> float:
+    """The largest shift of the request's own logprobs against a fresh computation of `prompt` then its tokens."""
+    shift = max(logprob_shifts(engine, prompt, request.output_token_ids, request.output_logprobs))
+    assert shift <= fresh_tokens.NEAR_TIE, f"{request.agent}: its logprobs moved {shift:.3f} nats against each other"
+    return shift
+
+
+@pytest.mark.parametrize("agents", [8, pytest.param(32, marks=pytest.mark.slow)])
+def test_every_agents_logprobs_are_a_fresh_computations_but_for_rounding(engine, agents):
+    """What the near-tie tolerance rests on: batched, each position's logprobs move against a fresh computation's
+    by at most NEAR_TIE, so a greedy token can part from the fresh one only where that one's best lie closer. A
+    wrong state or another conversation moves them by nats."""
+    first, turns = two_turns(engine, agents, logprobs=RIVALS)
+    shifts = [within_rounding(engine, r.prompt_token_ids, r) for r in first + turns]
+    log.info("largest logprob shift at %d agents: %.3f", agents, max(shifts))
+    # Teeth: a turn's logprobs against a fresh computation of its conversation without the tool result.
+    with pytest.raises(AssertionError):
+        within_rounding(engine, first[-1].prompt_token_ids, turns[-1])
 
 
 def test_a_token_far_below_the_best_is_not_taken_for_a_near_tie(engine):

@@ -23,11 +23,15 @@ from swarm_panel.runtime.llama.engine import LlamaEngine
 from swarm_panel.runtime.scheduling.scheduler import Scheduler
 from swarm_panel.runtime.serving.engine_core import EngineCore
 from tests.app.server.test_never_the_wrong_conversation import AGENTS, NAMES, SYSTEM, TURNS
-from tests.fresh_tokens import assert_fresh
+from tests.fresh_tokens import RIVALS, assert_fresh
 
 pytestmark = pytest.mark.gpu
 
 log = logging.getLogger(__name__)
+
+# With their own top logprobs, which assert_fresh holds to the fresh computation's: another conversation's state
+# moves them by nats, where its greedy token may still lie close to the best.
+GREEDY = {"max_tokens": 8, "temperature": 0.0, "ignore_eos": True, "logprobs": RIVALS}
 
 
 @pytest.fixture(params=["llama", "qwen35"])
@@ -49,8 +53,7 @@ def test_conversations_that_differ_only_late_each_get_their_own_tokens(model_pat
         turns: list[list[Request]] = []
         parked = 0
         for turn in range(TURNS):
-            asked = [Request(list(chat), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
-                             agent=f"agent-{a}") for a, chat in enumerate(chats)]
+            asked = [Request(list(chat), SamplingParams(**GREEDY), agent=f"agent-{a}") for a, chat in enumerate(chats)]
             for request in asked:
                 loop.scheduler.add(request, loop.clock.now())
             while loop.scheduler.has_work:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swarm_panel.runtime.llama.engine import LlamaEngine
-from tests.fresh_tokens import RIVALS, fresh, near_ties
+from tests.fresh_tokens import RIVALS, fresh, logprob_shifts, near_ties
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +29,14 @@ def test_the_fresh_tokens_themselves_pass_and_any_other_fails_on_the_cpu(engine)
     assert near_ties(engine, prompt, parted, "runner-up", limit=below + 1e-3) == [(2, pytest.approx(below))]
     with pytest.raises(AssertionError, match="nats below the best"):
         near_ties(engine, prompt, parted, "runner-up", limit=below / 2)
+
+
+def test_logprobs_shift_by_nothing_against_their_own_computation_and_by_nats_against_another(engine):
+    prompt = engine.tokenizer.tokenize("Run the tests, then fix the parser.")
+    computed = fresh(engine, prompt, 4, logprobs=RIVALS)
+    shifts = logprob_shifts(engine, prompt, computed.output_token_ids, computed.output_logprobs)
+    assert len(shifts) == 4 and max(shifts) < 1e-3
+    # Another conversation's logprobs: few of the best tokens shared, or those far apart.
+    other = engine.tokenizer.tokenize("Summarise the failing test's log for the team.")
+    with pytest.raises(AssertionError):
+        assert max(logprob_shifts(engine, other, computed.output_token_ids, computed.output_logprobs)) < 0.75
