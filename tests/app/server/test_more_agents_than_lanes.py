@@ -37,12 +37,12 @@ def prompt_ids(srv, chat: list[dict], generation_prompt: bool = True) -> list[in
     return tokenizer.tokenize(tokenizer.apply_chat_template(chat, add_generation_prompt=generation_prompt))
 
 
-def turn_all(srv, chats: list[list[dict]], agents: list[str]):
+def turn_all(srv, chats: list[list[dict]], agents: list[str], **more):
     async def all_at_once():
         async with openai.AsyncOpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60) as client:
             return await asyncio.gather(*(
                 client.chat.completions.create(model="m", messages=chat, max_tokens=8, temperature=0, user=agent,
-                                               extra_body={"ignore_eos": True})
+                                               extra_body={"ignore_eos": True}, **more)
                 for chat, agent in zip(chats, agents)))
     return asyncio.run(all_at_once())
 
