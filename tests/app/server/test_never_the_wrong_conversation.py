@@ -51,6 +51,7 @@ def top_logprobs(answer) -> list[dict[str, float]]:
     return [{top.token: top.logprob for top in position.top_logprobs}
             for position in answer.choices[0].logprobs.content]
 
+
 def replies(srv, chats: list[list[dict]], users: list[str]):
     """Each agent's reply, its top logprobs, and how many of its prompt tokens were reused, asked all at once."""
     answers = turn_all(srv, chats, users, **LOGPROBS)
@@ -72,6 +73,7 @@ def fresh(srv, chat: list[dict]):
                                                 extra_body={"ignore_eos": True}, **LOGPROBS)
     assert answer.usage.prompt_tokens_details.cached_tokens == 0
     return answer.choices[0].message.content, top_logprobs(answer)
+
 
 def test_conversations_that_differ_only_late_each_get_their_own_reply(server):
     agents = [f"agent-{a}" for a in range(AGENTS)]
